@@ -1,0 +1,56 @@
+"""Turning untrusted bytes into text to speak, or a one-line error saying why not.
+
+Rules, in order:
+
+* no bytes at all → "input is empty";
+* a NUL byte, or more than 1% control characters, → "input looks binary": speech engines
+  expect text, and a binary file read as text is almost always a mistake;
+* invalid UTF-8 → the offset of the first bad byte (a UTF-8 byte-order mark is dropped);
+* the remaining control characters (other than tab, line feed, carriage return, form feed,
+  vertical tab) are removed: they cannot be spoken;
+* only whitespace → "input has no text to speak";
+* more than ``max_chars`` characters → :class:`~core.errors.TextTooLargeError`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from core.errors import InvalidInputError, TextTooLargeError
+
+_BOM = "\ufeff"
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+_BINARY_CONTROL_RATIO = 0.01
+
+
+def decode_text(data: bytes, *, max_chars: int, source: str = "input") -> str:
+    """Decode and check ``data``; raises :class:`InvalidInputError` (one line) when unusable."""
+    if not data:
+        raise InvalidInputError(f"{source} is empty")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise InvalidInputError(f"{source} looks binary (NUL byte at offset {nul}); expected text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(
+            f"{source} is not valid UTF-8 (byte 0x{data[error.start]:02x} at offset {error.start})"
+        ) from None
+    return check_text(text, max_chars=max_chars, source=source)
+
+
+def check_text(text: str, *, max_chars: int, source: str = "text") -> str:
+    """The same checks for text that arrived already decoded (JSON, command line)."""
+    text = text.removeprefix(_BOM)
+    controls = len(_CONTROL.findall(text))
+    if "\x00" in text or (controls and controls > _BINARY_CONTROL_RATIO * len(text)):
+        raise InvalidInputError(f"{source} looks binary ({controls} control characters)")
+    if controls:
+        text = _CONTROL.sub("", text)
+    if not text.strip():
+        raise InvalidInputError(f"{source} has no text to speak")
+    if len(text) > max_chars:
+        raise TextTooLargeError(
+            f"{source} has {len(text):,} characters; the limit is {max_chars:,}"
+        )
+    return text
