@@ -1,0 +1,736 @@
+"""The dynamic batcher: one per engine (one per GPU), shared by both lanes.
+
+One scheduler thread owns the engine: it loads it, runs every batch on it and unloads it.
+Callers on any thread submit utterances and get back a :class:`~concurrent.futures.Future`
+(whole utterance) or an :class:`AudioStream` (chunks as the engine produces them).
+
+Rules (DESIGN.md, "The dynamic batcher"):
+
+* Two priority classes, ``realtime`` and ``batch``. The head of the next batch is the oldest
+  real-time item if there is one, else the oldest batch item. The batch is that head's batch
+  key's real-time items (oldest first), topped up with batch items of the same key.
+* A batch starts when it is full (``max_batch`` items, or ``max_batch_cost`` total cost, the
+  cost of an item being its text length) or when its head has waited its class's
+  ``max_wait``; the timer starts when the head was submitted. While a real-time item is
+  queued, no batch-class work starts ahead of it: the GPU waits the few milliseconds of the
+  real-time ``max_wait`` instead, so a live voice waits at most one running batch.
+* Cancelled items (future cancelled, stream cancelled) and expired items (deadline passed)
+  are dropped before a batch runs; their futures/streams end with
+  :class:`~core.errors.CancelledError` / :class:`~core.errors.DeadlineExceededError`. In a
+  streamed batch, an item cancelled between steps gets no more audio, and the batch stops
+  when every item in it is gone.
+* Out of memory (:class:`~core.errors.EngineOutOfMemoryError`): the batch's items go back
+  to the front of their queues, the effective ``max_batch`` halves (below the failed batch's
+  size), and it doubles back after ``grow_after_successes`` successful batches in a row.
+  A single item that still does not fit fails with the OOM error. Nothing else is lost.
+* An engine returning a different number of outputs than inputs is an
+  :class:`~core.errors.EngineOutputMismatchError` on every future of that batch.
+* Metrics: batch sizes, wait per class, queue depth per class, utilisation, OOM events
+  (:meth:`Batcher.stats`).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.errors import (
+    CancelledError,
+    DeadlineExceededError,
+    EngineError,
+    EngineOutOfMemoryError,
+    EngineOutputMismatchError,
+    ShuttingDownError,
+    VoicelaneError,
+)
+from workers.engines.base import Engine, PcmF32, Utterance
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+_EMPTY = np.zeros(0, dtype=np.float32)
+_WAIT_SAMPLES_KEPT = 10_000
+
+
+class Priority(enum.StrEnum):
+    REALTIME = "realtime"
+    BATCH = "batch"
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherConfig:
+    max_batch: int = 64
+    """Most items in one engine call."""
+    max_batch_cost: int | None = None
+    """Most total cost (characters of text) in one call; None: no cost limit."""
+    max_wait_realtime_s: float = 0.005
+    """How long the oldest real-time item may wait for its batch to fill."""
+    max_wait_batch_s: float = 0.030
+    """How long the oldest batch item may wait for its batch to fill."""
+    grow_after_successes: int = 8
+    """After an OOM halving, double max_batch back after this many good batches in a row."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if self.max_batch_cost is not None and self.max_batch_cost < 1:
+            raise ValueError("max_batch_cost must be >= 1 or None")
+        if self.max_wait_realtime_s < 0 or self.max_wait_batch_s < 0:
+            raise ValueError("max_wait must be >= 0")
+        if self.grow_after_successes < 1:
+            raise ValueError("grow_after_successes must be >= 1")
+
+    def max_wait_s(self, priority: Priority) -> float:
+        if priority is Priority.REALTIME:
+            return self.max_wait_realtime_s
+        return self.max_wait_batch_s
+
+
+@dataclass(frozen=True, slots=True)
+class WaitStats:
+    count: int
+    mean_s: float
+    p50_s: float
+    p99_s: float
+    max_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatcherStats:
+    batches: int
+    items: int
+    batch_sizes: dict[int, int]
+    """Batch size → how many batches had that size."""
+    wait: dict[Priority, WaitStats]
+    """Submit → batch start, per class."""
+    queue_depth: dict[Priority, int]
+    busy_s: float
+    uptime_s: float
+    oom_events: int
+    dropped_cancelled: int
+    dropped_expired: int
+    failed_batches: int
+    effective_max_batch: int
+
+    @property
+    def utilization(self) -> float:
+        return self.busy_s / self.uptime_s if self.uptime_s > 0 else 0.0
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.items / self.batches if self.batches else 0.0
+
+
+class AudioStream:
+    """The chunks of one streamed utterance, in order, as the engine produces them.
+
+    Iterate it, or call :meth:`read`. It ends (``read`` returns None, iteration stops) when
+    the utterance is complete or after :meth:`cancel`; an engine failure is raised from
+    ``read``.
+    """
+
+    _END: object = object()
+
+    def __init__(self, on_cancel: Callable[[], None]) -> None:
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._on_cancel = on_cancel
+        self._cancelled = threading.Event()
+        self._finished = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Stop this utterance: queued, it never runs; running, it gets no more audio."""
+        if not self._cancelled.is_set():
+            self._cancelled.set()
+            self._queue.put(self._END)
+            self._on_cancel()
+
+    def read(self, timeout_s: float | None = None) -> PcmF32 | None:
+        """The next chunk, or None at the end. Raises TimeoutError after ``timeout_s``."""
+        if self._finished:
+            return None
+        try:
+            entry = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            raise TimeoutError(f"no audio within {timeout_s} s") from None
+        if entry is self._END:
+            self._finished = True
+            return None
+        if isinstance(entry, BaseException):
+            self._finished = True
+            raise entry
+        assert isinstance(entry, np.ndarray)
+        return entry
+
+    def __iter__(self) -> Iterator[PcmF32]:
+        while (chunk := self.read()) is not None:
+            yield chunk
+
+    # -- scheduler side --
+    def _put(self, chunk: PcmF32) -> None:
+        if not self._cancelled.is_set():
+            self._queue.put(chunk)
+
+    def _end(self, error: BaseException | None = None) -> None:
+        self._queue.put(error if error is not None else self._END)
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    utterance: Utterance
+    priority: Priority
+    key: Hashable
+    cost: int
+    submitted_at: float
+    deadline_s: float | None
+    future: Future[PcmF32] | None = None
+    stream: AudioStream | None = None
+    chunks: list[PcmF32] = field(default_factory=list)
+    delivered: bool = False
+    """True once any audio went out to a stream (it can no longer be retried)."""
+
+    @property
+    def cancelled(self) -> bool:
+        if self.stream is not None:
+            return self.stream.cancelled
+        assert self.future is not None
+        return self.future.cancelled()
+
+    def start(self) -> bool:
+        """Mark running; False if the caller cancelled first."""
+        if self.stream is not None:
+            return not self.stream.cancelled
+        assert self.future is not None
+        return self.future.running() or self.future.set_running_or_notify_cancel()
+
+    def fail(self, error: BaseException) -> None:
+        if self.stream is not None:
+            self.stream._end(error)
+            return
+        future = self.future
+        assert future is not None
+        if future.done():
+            return
+        if future.running() or future.set_running_or_notify_cancel():
+            future.set_exception(error)
+
+    def deliver(self, chunk: PcmF32) -> None:
+        if chunk.size == 0:
+            return
+        if self.stream is not None:
+            self.stream._put(chunk)
+            self.delivered = True
+        else:
+            self.chunks.append(chunk)
+
+    def complete(self) -> None:
+        if self.stream is not None:
+            self.stream._end()
+        elif self.future is not None and not self.future.done():
+            audio = np.concatenate(self.chunks) if self.chunks else _EMPTY.copy()
+            self.future.set_result(audio.astype(np.float32, copy=False))
+
+
+@dataclass(slots=True)
+class _WaitPlan:
+    """What the waiting scheduler will start next: the head's key, class, size and cost."""
+
+    key: Hashable
+    priority: Priority
+    count: int
+    cost: int
+
+
+class _Metrics:
+    """Counters behind :meth:`Batcher.stats`; guarded by the batcher's lock."""
+
+    def __init__(self, now: float) -> None:
+        self.started_at = now
+        self.batches = 0
+        self.items = 0
+        self.batch_sizes: dict[int, int] = {}
+        self.waits: dict[Priority, deque[float]] = {
+            p: deque(maxlen=_WAIT_SAMPLES_KEPT) for p in Priority
+        }
+        self.wait_count = dict.fromkeys(Priority, 0)
+        self.wait_sum_s = dict.fromkeys(Priority, 0.0)
+        self.wait_max_s = dict.fromkeys(Priority, 0.0)
+        self.busy_s = 0.0
+        self.oom_events = 0
+        self.dropped_cancelled = 0
+        self.dropped_expired = 0
+        self.failed_batches = 0
+
+    def observe_batch(self, items: list[_Item], started_at: float) -> None:
+        self.batches += 1
+        self.items += len(items)
+        self.batch_sizes[len(items)] = self.batch_sizes.get(len(items), 0) + 1
+        for item in items:
+            waited = max(0.0, started_at - item.submitted_at)
+            self.waits[item.priority].append(waited)
+            self.wait_count[item.priority] += 1
+            self.wait_sum_s[item.priority] += waited
+            self.wait_max_s[item.priority] = max(self.wait_max_s[item.priority], waited)
+
+    def wait_stats(self, priority: Priority) -> WaitStats:
+        count = self.wait_count[priority]
+        samples = sorted(self.waits[priority])
+        if not samples:
+            return WaitStats(0, 0.0, 0.0, 0.0, 0.0)
+
+        def pct(q: float) -> float:
+            return samples[min(len(samples) - 1, math.ceil(q * len(samples)) - 1)]
+
+        return WaitStats(
+            count=count,
+            mean_s=self.wait_sum_s[priority] / count,
+            p50_s=pct(0.50),
+            p99_s=pct(0.99),
+            max_s=self.wait_max_s[priority],
+        )
+
+
+class Batcher:
+    """Forms batches from queued utterances and runs them on one engine, on one thread."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        config: BatcherConfig | None = None,
+        *,
+        clock: Clock = time.monotonic,
+        name: str = "batcher",
+    ) -> None:
+        self.engine = engine
+        self.config = config or BatcherConfig()
+        self.clock = clock
+        self._name = name
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)
+        self._queues: dict[Priority, deque[_Item]] = {p: deque() for p in Priority}
+        self._effective_max = self.config.max_batch
+        self._successes = 0
+        self._earliest_deadline: float | None = None
+        self._cancel_pending = False
+        self._closing = False
+        self._drain = True
+        self._thread: threading.Thread | None = None
+        self._loaded = threading.Event()
+        self._load_error: BaseException | None = None
+        self._submitted = itertools.count(1)
+        self._last_submitted = 0
+        self._last_seen = 0
+        self._waiting = False
+        self._plan: _WaitPlan | None = None
+        self._metrics = _Metrics(clock())
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float | None = None) -> Batcher:
+        """Start the scheduler thread; it loads the engine. Re-raises a load failure."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        if not self._loaded.wait(timeout_s):
+            raise TimeoutError(f"engine {self.engine.name} did not load within {timeout_s} s")
+        if self._load_error is not None:
+            raise self._load_error
+        return self
+
+    def close(self, *, drain: bool = True, timeout_s: float | None = None) -> None:
+        """Stop accepting work; run (``drain``) or fail what is queued; unload the engine."""
+        with self._lock:
+            self._closing = True
+            self._drain = drain
+            self._wakeup.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> Batcher:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ submission
+
+    def submit(
+        self,
+        utterance: Utterance,
+        *,
+        priority: Priority = Priority.BATCH,
+        deadline_s: float | None = None,
+    ) -> Future[PcmF32]:
+        """Queue a whole-utterance render. ``deadline_s`` is absolute, on :attr:`clock`."""
+        future: Future[PcmF32] = Future()
+        item = self._make_item(utterance, priority, deadline_s)
+        item.future = future
+        future.add_done_callback(self._on_future_done)
+        self._enqueue(item)
+        return future
+
+    def submit_stream(
+        self,
+        utterance: Utterance,
+        *,
+        priority: Priority = Priority.REALTIME,
+        deadline_s: float | None = None,
+    ) -> AudioStream:
+        """Queue a streamed render: chunks arrive on the returned stream as they are made."""
+        item = self._make_item(utterance, priority, deadline_s)
+        item.stream = AudioStream(on_cancel=self._note_cancel)
+        self._enqueue(item)
+        return item.stream
+
+    def wake(self) -> None:
+        """Make the scheduler re-check its queues now (e.g. after a test clock moved)."""
+        with self._lock:
+            self._last_submitted = next(self._submitted)
+            self._wakeup.notify_all()
+
+    def settle(self, timeout_s: float = 5.0) -> bool:
+        """Wait until the scheduler has seen every submission and is waiting for more.
+
+        For tests and benchmarks that drive a fake clock: it returns True once nothing more
+        can start without new work or time passing.
+        """
+        with self._lock:
+            return self._idle.wait_for(
+                lambda: self._waiting and self._last_seen == self._last_submitted, timeout_s
+            )
+
+    def stats(self) -> BatcherStats:
+        with self._lock:
+            m = self._metrics
+            return BatcherStats(
+                batches=m.batches,
+                items=m.items,
+                batch_sizes=dict(m.batch_sizes),
+                wait={p: m.wait_stats(p) for p in Priority},
+                queue_depth={p: len(q) for p, q in self._queues.items()},
+                busy_s=m.busy_s,
+                uptime_s=self.clock() - m.started_at,
+                oom_events=m.oom_events,
+                dropped_cancelled=m.dropped_cancelled,
+                dropped_expired=m.dropped_expired,
+                failed_batches=m.failed_batches,
+                effective_max_batch=self._effective_max,
+            )
+
+    def _make_item(
+        self, utterance: Utterance, priority: Priority, deadline_s: float | None
+    ) -> _Item:
+        self.engine.validate(utterance)  # permanent errors surface here, on the caller's thread
+        return _Item(
+            utterance=utterance,
+            priority=priority,
+            key=self.engine.batch_key(utterance),
+            cost=max(1, len(utterance.text)),
+            submitted_at=self.clock(),
+            deadline_s=deadline_s,
+        )
+
+    def _enqueue(self, item: _Item) -> None:
+        with self._lock:
+            if self._closing:
+                raise ShuttingDownError(f"{self._name} is shutting down")
+            self._queues[item.priority].append(item)
+            if item.deadline_s is not None and (
+                self._earliest_deadline is None or item.deadline_s < self._earliest_deadline
+            ):
+                self._earliest_deadline = item.deadline_s
+            if self._changes_plan(item):
+                self._last_submitted = next(self._submitted)
+                self._wakeup.notify_all()
+
+    def _changes_plan(self, item: _Item) -> bool:
+        """Whether a new item could start a batch sooner than the scheduler's current plan.
+
+        Waking the scheduler for every submission costs a context switch and a queue scan
+        each; with 64 submitters that is most of the batcher's overhead. It only needs to
+        wake when idle, when real-time work arrives behind a batch-class head, or when the
+        planned batch just became full. While it runs a batch it re-plans afterwards anyway.
+        """
+        if not self._waiting:
+            return False
+        plan = self._plan
+        if plan is None:
+            return True
+        if item.priority is Priority.REALTIME and plan.priority is Priority.BATCH:
+            return True
+        if item.key != plan.key:
+            return False
+        plan.count += 1
+        plan.cost += item.cost
+        cost_limit = self.config.max_batch_cost
+        return plan.count >= self._effective_max or (
+            cost_limit is not None and plan.cost >= cost_limit
+        )
+
+    def _on_future_done(self, future: Future[PcmF32]) -> None:
+        if future.cancelled():
+            self._note_cancel()
+
+    def _note_cancel(self) -> None:
+        with self._lock:
+            self._cancel_pending = True
+            self._wakeup.notify_all()
+
+    # ------------------------------------------------------------------ scheduler thread
+
+    def _run(self) -> None:
+        try:
+            self.engine.load()
+        except BaseException as error:
+            self._load_error = error
+            with self._lock:
+                self._closing = True
+            self._loaded.set()
+            self._fail_all(ShuttingDownError(f"engine {self.engine.name} failed to load"))
+            return
+        self._loaded.set()
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._execute(batch)
+        finally:
+            self._fail_all(ShuttingDownError(f"{self._name} stopped"))
+            try:
+                self.engine.unload()
+            except Exception:
+                log.exception("engine %s failed to unload", self.engine.name)
+
+    def _fail_all(self, error: VoicelaneError) -> None:
+        with self._lock:
+            items = [item for q in self._queues.values() for item in q]
+            for q in self._queues.values():
+                q.clear()
+        for item in items:
+            item.fail(error)
+
+    def _next_batch(self) -> list[_Item] | None:
+        """Block until a batch is due; take it off the queues. None when closing and done."""
+        dropped: list[tuple[_Item, VoicelaneError]] = []
+        try:
+            with self._lock:
+                while True:
+                    now = self.clock()
+                    self._sweep(now, dropped)
+                    queues = self._queues
+                    if self._closing and not self._drain:
+                        return None
+                    if not queues[Priority.REALTIME] and not queues[Priority.BATCH]:
+                        if self._closing:
+                            return None
+                        self._plan = None
+                        self._wait(None)
+                        continue
+                    head_queue = queues[Priority.REALTIME] or queues[Priority.BATCH]
+                    head = head_queue[0]
+                    batch, full = self._collect(head.key)
+                    due_at = head.submitted_at + self.config.max_wait_s(head.priority)
+                    if full or now >= due_at or self._closing:
+                        self._take(batch)
+                        return batch
+                    self._plan = _WaitPlan(
+                        head.key, head.priority, len(batch), sum(i.cost for i in batch)
+                    )
+                    self._wait(due_at - now)
+        finally:
+            for item, error in dropped:
+                item.fail(error)
+
+    def _wait(self, timeout_s: float | None) -> None:
+        self._last_seen = self._last_submitted
+        self._waiting = True
+        self._idle.notify_all()
+        self._wakeup.wait(timeout_s)
+        self._waiting = False
+
+    def _sweep(self, now: float, dropped: list[tuple[_Item, VoicelaneError]]) -> None:
+        """Drop cancelled and expired items (cheap unless something was cancelled/expired)."""
+        expiry_due = self._earliest_deadline is not None and now >= self._earliest_deadline
+        if not (self._cancel_pending or expiry_due):
+            return
+        self._cancel_pending = False
+        earliest: float | None = None
+        for priority, q in self._queues.items():
+            kept: deque[_Item] = deque()
+            for item in q:
+                if item.cancelled:
+                    self._metrics.dropped_cancelled += 1
+                    dropped.append((item, CancelledError("cancelled before it ran")))
+                elif item.deadline_s is not None and now >= item.deadline_s:
+                    self._metrics.dropped_expired += 1
+                    dropped.append((item, DeadlineExceededError("deadline passed before it ran")))
+                else:
+                    kept.append(item)
+                    if item.deadline_s is not None and (
+                        earliest is None or item.deadline_s < earliest
+                    ):
+                        earliest = item.deadline_s
+            self._queues[priority] = kept
+        self._earliest_deadline = earliest
+
+    def _collect(self, key: Hashable) -> tuple[list[_Item], bool]:
+        """The batch for ``key``: real-time items first, then batch items; and whether full."""
+        limit = self._effective_max
+        cost_limit = self.config.max_batch_cost
+        batch: list[_Item] = []
+        cost = 0
+        for priority in (Priority.REALTIME, Priority.BATCH):
+            for item in self._queues[priority]:
+                if item.key != key:
+                    continue
+                if cost_limit is not None and batch and cost + item.cost > cost_limit:
+                    return batch, True
+                batch.append(item)
+                cost += item.cost
+                if len(batch) >= limit or (cost_limit is not None and cost >= cost_limit):
+                    return batch, True
+        return batch, False
+
+    def _take(self, batch: list[_Item]) -> None:
+        for priority, q in self._queues.items():
+            mine = {id(item) for item in batch if item.priority is priority}
+            while q and id(q[0]) in mine:  # the common case: the batch is a prefix
+                mine.discard(id(q.popleft()))
+            if mine:
+                self._queues[priority] = deque(item for item in q if id(item) not in mine)
+
+    def _requeue_front(self, items: list[_Item]) -> None:
+        with self._lock:
+            for priority in (Priority.BATCH, Priority.REALTIME):
+                mine = [item for item in items if item.priority is priority]
+                self._queues[priority].extendleft(reversed(mine))
+            self._last_submitted = next(self._submitted)
+
+    def _execute(self, candidates: list[_Item]) -> None:
+        started_at = self.clock()
+        batch = [item for item in candidates if item.start()]
+        if len(batch) < len(candidates):
+            for item in candidates:
+                if item not in batch:
+                    item.fail(CancelledError("cancelled before it ran"))
+            with self._lock:
+                self._metrics.dropped_cancelled += len(candidates) - len(batch)
+        if not batch:
+            return
+        with self._lock:
+            self._metrics.observe_batch(batch, started_at)
+        try:
+            if any(item.stream is not None for item in batch):
+                self._run_streamed(batch)
+            else:
+                self._run_whole(batch)
+        except EngineOutOfMemoryError as error:
+            self._on_oom(batch, error)
+        except Exception as error:
+            typed = (
+                error
+                if isinstance(error, VoicelaneError)
+                else EngineError(
+                    f"engine {self.engine.name} failed: {type(error).__name__}: {error}"
+                )
+            )
+            log.exception("batch of %d failed on engine %s", len(batch), self.engine.name)
+            with self._lock:
+                self._metrics.failed_batches += 1
+                self._successes = 0
+            for item in batch:
+                item.fail(typed)
+        else:
+            with self._lock:
+                self._successes += 1
+                if (
+                    self._effective_max < self.config.max_batch
+                    and self._successes >= self.config.grow_after_successes
+                ):
+                    self._effective_max = min(self.config.max_batch, self._effective_max * 2)
+                    self._successes = 0
+                    log.info("max_batch grows back to %d", self._effective_max)
+        finally:
+            elapsed = self.clock() - started_at
+            with self._lock:
+                self._metrics.busy_s += elapsed
+
+    def _check_count(self, outputs: list[PcmF32], expected: int) -> None:
+        if len(outputs) != expected:
+            raise EngineOutputMismatchError(
+                f"engine {self.engine.name} returned {len(outputs)} outputs for {expected} inputs"
+            )
+
+    def _run_whole(self, batch: list[_Item]) -> None:
+        outputs = self.engine.synthesize([item.utterance for item in batch])
+        self._check_count(outputs, len(batch))
+        for item, audio in zip(batch, outputs, strict=True):
+            item.deliver(np.asarray(audio, dtype=np.float32))
+            item.complete()
+
+    def _run_streamed(self, batch: list[_Item]) -> None:
+        steps = self.engine.synthesize_stream([item.utterance for item in batch])
+        live = list(batch)
+        try:
+            for step in steps:
+                self._check_count(step, len(batch))
+                for item, chunk in zip(batch, step, strict=True):
+                    if item in live:
+                        item.deliver(np.asarray(chunk, dtype=np.float32))
+                live = [item for item in live if not self._gone(item)]
+                if not live:
+                    log.info("every item of a streamed batch is gone; stopping it")
+                    break
+        finally:
+            close = getattr(steps, "close", None)
+            if close is not None:
+                close()
+        for item in batch:
+            if item in live:
+                item.complete()
+            elif item.stream is not None and item.stream.cancelled:
+                item.stream._end()
+            else:
+                item.fail(DeadlineExceededError("deadline passed while rendering"))
+
+    def _gone(self, item: _Item) -> bool:
+        if item.stream is not None and item.stream.cancelled:
+            return True
+        return item.deadline_s is not None and self.clock() >= item.deadline_s
+
+    def _on_oom(self, batch: list[_Item], error: EngineOutOfMemoryError) -> None:
+        retry = [item for item in batch if not item.delivered]
+        lost = [item for item in batch if item.delivered]
+        with self._lock:
+            self._metrics.oom_events += 1
+            self._successes = 0
+            if len(batch) > 1:
+                self._effective_max = max(1, min(self._effective_max, len(batch)) // 2)
+            log.warning(
+                "out of memory on a batch of %d; max_batch is now %d",
+                len(batch),
+                self._effective_max,
+            )
+        for item in lost:  # a stream that already played audio cannot be re-rendered
+            item.fail(error)
+        if len(batch) == 1:
+            for item in retry:
+                item.fail(error)
+            return
+        for item in retry:
+            item.chunks.clear()
+        self._requeue_front(retry)

@@ -1,0 +1,91 @@
+"""The engine interface: utterances in, float32 mono PCM out at the engine's sample rate.
+
+An engine is owned by exactly one thread (the batcher's scheduler thread): ``load``,
+``synthesize``, ``synthesize_stream`` and ``unload`` are only ever called from it, so an
+engine needs no locks. ``voices``, ``validate`` and ``batch_key`` may be called from any
+thread and must not touch the model.
+
+Streaming is expressed in *steps*: ``synthesize_stream`` yields, per step, one array per
+utterance of the batch (empty when that utterance produced nothing new in that step). An
+engine that cannot stream inside an utterance yields each utterance whole, one step each;
+an engine with a decoding loop (ChatTTS) yields every few decoding steps. This keeps room
+for iteration-level scheduling later, where items join a running batch between steps.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from core.errors import UnknownVoiceError
+
+PcmF32 = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One piece of text to speak, with everything that shapes how it sounds."""
+
+    text: str
+    voice: str
+    speed: float = 1.0
+    """Speaking-rate multiplier: 1.0 is the voice's normal rate."""
+    seed: int | None = None
+    """For sampling engines: same seed + same text → same audio."""
+    params: tuple[tuple[str, float | int | str], ...] = field(default=())
+    """Engine-specific sampling parameters, as sorted pairs so utterances stay hashable."""
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceInfo:
+    id: str
+    """The name callers pass as ``voice``."""
+    name: str
+    languages: tuple[str, ...]
+    gender: str = "unknown"
+
+
+class Engine(ABC):
+    """A speech engine. Subclasses set ``name`` and ``sample_rate_hz``."""
+
+    name: str = "engine"
+    sample_rate_hz: int = 24000
+
+    def load(self) -> None:  # noqa: B027 - optional hook
+        """Load the model. Called once, on the thread that will run it."""
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release the model and its memory. ``load`` may be called again afterwards."""
+
+    @abstractmethod
+    def voices(self) -> list[VoiceInfo]:
+        """Every voice this engine can speak with."""
+
+    def validate(self, utterance: Utterance) -> None:
+        """Raise a permanent error when the utterance can never be rendered."""
+        if utterance.voice not in {v.id for v in self.voices()}:
+            known = ", ".join(sorted(v.id for v in self.voices())[:12])
+            raise UnknownVoiceError(f"unknown voice {utterance.voice!r} (known: {known}, ...)")
+
+    def batch_key(self, utterance: Utterance) -> Hashable:
+        """What must be identical for two utterances to share one call."""
+        return (utterance.voice, utterance.speed, utterance.seed, utterance.params)
+
+    @abstractmethod
+    def synthesize(self, batch: Sequence[Utterance]) -> list[PcmF32]:
+        """Render every utterance whole; one array per utterance, in order."""
+
+    def synthesize_stream(self, batch: Sequence[Utterance]) -> Iterator[list[PcmF32]]:
+        """Render in steps: each yield holds one (possibly empty) array per utterance.
+
+        The default renders each utterance whole, one step per utterance, so callers see
+        the first utterance's audio before the last one is rendered.
+        """
+        empty = np.zeros(0, dtype=np.float32)
+        for index, utterance in enumerate(batch):
+            (audio,) = self.synthesize([utterance])
+            yield [audio if i == index else empty for i in range(len(batch))]
