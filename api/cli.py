@@ -1,0 +1,212 @@
+"""``voicelane``: the command line.
+
+Embedded commands run in this process through the same batcher and engine as the workers,
+with no Redis and no servers:
+
+* ``voicelane render INPUT -o OUTPUT [--voice V] [--format F] [--sample-rate HZ]``
+  (INPUT ``-`` reads standard input; the format follows OUTPUT's extension unless given);
+* ``voicelane say TEXT -o FILE``;
+* ``voicelane voices``.
+
+Bad input (empty or binary text, invalid UTF-8, a missing file, an unknown voice or format,
+an output that cannot be written) exits with status 2 and one line on stderr; nothing is
+left behind. Set ``VOICELANE_DEBUG=1`` to see tracebacks of unexpected errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+from core.errors import InvalidInputError, VoicelaneError, exit_status
+
+PROG = "voicelane"
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line and exit 2 like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+
+
+def _format_duration(seconds: float) -> str:
+    minutes, secs = divmod(seconds, 60.0)
+    hours, minutes = divmod(int(minutes), 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:04.1f}s"
+    if minutes:
+        return f"{minutes}m{secs:04.1f}s"
+    return f"{secs:.2f}s"
+
+
+class _ProgressBar:
+    """A one-line progress bar on a terminal; silent when stderr is not a terminal."""
+
+    WIDTH = 30
+    MIN_INTERVAL_S = 0.1
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int, audio_s: float) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if done < total and now - self._last < self.MIN_INTERVAL_S:
+            return
+        self._last = now
+        filled = self.WIDTH * done // max(1, total)
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self.stream.write(
+            f"\r[{bar}] {100 * done // max(1, total):3d}% "
+            f"{done}/{total} segments, {_format_duration(audio_s)} of audio"
+        )
+        if done >= total:
+            self.stream.write("\r" + " " * (self.WIDTH + 60) + "\r")
+        self.stream.flush()
+
+
+def _read_input(source: str, max_chars: int) -> str:
+    from core.text_input import decode_text
+
+    if source == "-":
+        return decode_text(sys.stdin.buffer.read(), max_chars=max_chars, source="standard input")
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InvalidInputError(f"{source}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{source}: is a directory, expected a text file") from None
+    except OSError as error:
+        raise InvalidInputError(f"{source}: {error.strerror or error}") from None
+    return decode_text(data, max_chars=max_chars, source=source)
+
+
+def _render(args: argparse.Namespace, text: str) -> int:
+    from core.audio import format_from_name, format_from_path, validate_sample_rate
+    from core.settings import EmbeddedSettings
+    from workers.render import EmbeddedRenderer
+
+    settings = EmbeddedSettings()
+    if args.engine:
+        settings.engine = args.engine
+    output = Path(args.output)
+    fmt = format_from_name(args.format) if args.format else format_from_path(output)
+    rate_hz = args.sample_rate or settings.sample_rate_hz
+    validate_sample_rate(fmt, rate_hz)
+    with EmbeddedRenderer(settings) as renderer:
+        result = renderer.render(
+            text,
+            output,
+            fmt=fmt,
+            voice=args.voice,
+            sample_rate_hz=rate_hz,
+            speed=args.speed,
+            progress=_ProgressBar(sys.stderr),
+        )
+    print(
+        f"{result.path}: {_format_duration(result.duration_s)} of audio "
+        f"({result.format.value}, {result.sample_rate_hz} Hz, {result.segments} segments) "
+        f"in {result.elapsed_s:.2f} s, {result.speed_x:.0f}x real time"
+    )
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from core.settings import EmbeddedSettings
+
+    text = _read_input(args.input, EmbeddedSettings().max_text_chars)
+    return _render(args, text)
+
+
+def _cmd_say(args: argparse.Namespace) -> int:
+    from core.settings import EmbeddedSettings
+    from core.text_input import check_text
+
+    text = check_text(args.text, max_chars=EmbeddedSettings().max_text_chars, source="TEXT")
+    return _render(args, text)
+
+
+def _cmd_voices(args: argparse.Namespace) -> int:
+    from core.settings import EmbeddedSettings
+    from workers.engines import create_engine
+
+    engine = create_engine(args.engine or EmbeddedSettings().engine)
+    for voice in engine.voices():
+        languages = ",".join(voice.languages)
+        if args.language and not any(lang.startswith(args.language) for lang in voice.languages):
+            continue
+        print(f"{voice.id:24} {languages:16} {voice.name}")
+    return 0
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", required=True, help="the audio file to write")
+    parser.add_argument("--voice", help="voice id (see `voicelane voices`); default: auto")
+    parser.add_argument("--format", help="ogg, mp3, wav or flac; default: from the extension")
+    parser.add_argument(
+        "--sample-rate", type=int, metavar="HZ", help="output sample rate; default 24000"
+    )
+    parser.add_argument(
+        "--speed", type=float, default=1.0, help="speaking rate multiplier; default 1.0"
+    )
+    parser.add_argument("--engine", help="engine name; default espeak")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Self-hosted speech rendering.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    render = commands.add_parser("render", help="render a text file to an audio file")
+    render.add_argument("input", metavar="INPUT", help="UTF-8 text file, or - for stdin")
+    _add_output_options(render)
+    render.set_defaults(handler=_cmd_render)
+
+    say = commands.add_parser("say", help="render one piece of text to an audio file")
+    say.add_argument("text", metavar="TEXT")
+    _add_output_options(say)
+    say.set_defaults(handler=_cmd_say)
+
+    voices = commands.add_parser("voices", help="list the voices")
+    voices.add_argument("--engine", help="engine name; default espeak")
+    voices.add_argument("--language", help="only voices whose language starts with this")
+    voices.set_defaults(handler=_cmd_voices)
+    return parser
+
+
+def _fail(message: str, status: int) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.handler(args)
+    except VoicelaneError as error:
+        return _fail(error.message, exit_status(error))
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        return 1
+    except Exception as error:
+        if os.environ.get("VOICELANE_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(error).__name__}: {error}", 1)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

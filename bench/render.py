@@ -1,0 +1,186 @@
+"""Benchmark: ``voicelane render`` of a 20,000-character mixed Chinese/English text.
+
+Three measurements on the same text in the same run (median of ``--repeat`` runs each):
+
+* **engine alone** — the espeak engine called directly on the same segments, in batches of
+  64, no batcher, no resampling, no encoding: the floor;
+* **pipeline in-process** — ``EmbeddedRenderer.render`` to Ogg/Opus (batcher + engine +
+  resampling + encoding + atomic write);
+* **CLI** — the ``voicelane render`` command as a user runs it (a new process: interpreter
+  start and imports included).
+
+Each row gives x real time (audio seconds per wall second) and its overhead over the engine
+alone. The Ogg file is then checked with ``opusinfo`` and decoded with PyAV; both durations
+must agree with the one the renderer reported.
+
+Run: ``.venv/bin/python bench/render.py``
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from core.audio import AudioFormat, PcmF32, StreamResampler, open_writer, probe
+from core.settings import EmbeddedSettings
+from core.text import split_sentences
+from workers.engines import Utterance
+from workers.engines.espeak import EspeakEngine
+from workers.render import EmbeddedRenderer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ENGLISH = [
+    "The committee met on Tuesday to review the budget for the next fiscal year.",
+    "Version 2.5 of the software fixes 37 bugs and improves startup time by 40%.",
+    "Dr. Smith said the results, while promising, need to be confirmed by others.",
+    "Rain is expected in the north, with temperatures around 12 degrees.",
+    "She opened the window, looked at the harbor, and smiled.",
+    "Every chapter ends with a short summary and a list of questions.",
+]
+CHINESE = [
+    "今天的会议讨论了明年的预算和人员安排。",
+    "这个版本修复了三十七个问题，启动速度提高了百分之四十。",
+    "北方地区预计有雨，气温在十二度左右。",
+    "她打开窗户，看着港口，笑了起来。",
+    "每一章的结尾都有一个简短的总结和几个问题。",
+    "我们使用 Python 和 Redis 构建了这个系统。",
+]
+
+
+def mixed_text(characters: int, seed: int = 20) -> str:
+    """Paragraphs alternating English and Chinese sentences, about ``characters`` long."""
+    rng = random.Random(seed)
+    paragraphs: list[str] = []
+    total = 0
+    while total < characters:
+        pool = ENGLISH if len(paragraphs) % 2 == 0 else CHINESE
+        joiner = " " if pool is ENGLISH else ""
+        # Chinese sentences are shorter in characters: twice as many keep the mix even.
+        count = rng.randint(3, 6) * (1 if pool is ENGLISH else 2)
+        paragraph = joiner.join(rng.choice(pool) for _ in range(count))
+        paragraphs.append(paragraph)
+        total += len(paragraph) + 2
+    return "\n\n".join(paragraphs)[:characters].rstrip()
+
+
+def engine_alone(text: str) -> tuple[float, float, list[PcmF32], int]:
+    """(wall s, audio s, audio, rate) for the engine on the renderer's segments, batches of 64."""
+    engine = EspeakEngine()
+    segments = split_sentences(text, EmbeddedSettings().max_segment_chars)
+    utterances = [Utterance(s.text, "auto") for s in segments]
+    started = time.perf_counter()
+    audio: list[PcmF32] = []
+    for i in range(0, len(utterances), 64):
+        audio.extend(engine.synthesize(utterances[i : i + 64]))
+    wall_s = time.perf_counter() - started
+    return wall_s, sum(map(len, audio)) / engine.sample_rate_hz, audio, engine.sample_rate_hz
+
+
+def encode_alone(audio: list[PcmF32], rate_hz: int, out: Path) -> tuple[float, float]:
+    """Resampling + Ogg/Opus encoding of the engine's audio, on one thread, no engine."""
+    started = time.perf_counter()
+    resampler = StreamResampler(rate_hz, 24000)
+    with open_writer(out, AudioFormat.OGG, 24000) as writer:
+        for pcm in audio:
+            writer.write(resampler.process(pcm))
+        writer.write(resampler.flush())
+    return time.perf_counter() - started, writer.duration_s
+
+
+def pipeline(text: str, out: Path, fmt: AudioFormat = AudioFormat.OGG) -> tuple[float, float]:
+    with EmbeddedRenderer(EmbeddedSettings()) as renderer:
+        started = time.perf_counter()
+        result = renderer.render(text, out, fmt=fmt)
+        return time.perf_counter() - started, result.duration_s
+
+
+def cli(source: Path, out: Path) -> tuple[float, float]:
+    command = [str(ROOT / ".venv" / "bin" / "voicelane"), "render", str(source), "-o", str(out)]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    wall_s = time.perf_counter() - started
+    match = re.search(r": (?:(\d+)h)?(?:(\d+)m)?([\d.]+)s of audio", done.stdout)
+    assert match, done.stdout
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return wall_s, hours * 3600 + minutes * 60 + seconds
+
+
+def opusinfo_seconds(path: Path) -> float:
+    report = subprocess.run(["opusinfo", str(path)], capture_output=True, text=True, check=True)
+    match = re.search(r"Playback length: (\d+)m:([\d.]+)s", report.stdout)
+    assert match, report.stdout
+    return int(match.group(1)) * 60 + float(match.group(2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--characters", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    text = mixed_text(args.characters)
+    han = sum(1 for c in text if "\u4e00" <= c <= "\u9fff")
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "mixed.txt"
+        source.write_text(text, encoding="utf-8")
+        rows: dict[str, list[tuple[float, float]]] = {
+            "engine": [],
+            "encode": [],
+            "pipeline": [],
+            "pipeline-wav": [],
+            "cli": [],
+        }
+        for i in range(args.repeat):
+            engine_s, audio_s, audio, rate_hz = engine_alone(text)
+            rows["engine"].append((engine_s, audio_s))
+            rows["encode"].append(encode_alone(audio, rate_hz, Path(tmp) / f"e{i}.ogg"))
+            del audio
+            rows["pipeline"].append(pipeline(text, Path(tmp) / f"p{i}.ogg"))
+            wav = Path(tmp) / f"p{i}.wav"
+            rows["pipeline-wav"].append(pipeline(text, wav, AudioFormat.WAV))
+            wav.unlink()
+            rows["cli"].append(cli(source, Path(tmp) / f"c{i}.ogg"))
+        checked = Path(tmp) / "c0.ogg"
+        reported_s = rows["cli"][0][1]
+        opusinfo_s = opusinfo_seconds(checked)
+        decoded = probe(checked)
+
+    print(
+        f"text: {len(text):,} characters ({han:,} Han), "
+        f"{len(split_sentences(text))} segments; median of {args.repeat} runs\n"
+    )
+    engine_wall = statistics.median(w for w, _ in rows["engine"])
+    print("| stage | wall s | audio s | x real time | overhead vs engine alone |")
+    print("|---|---:|---:|---:|---:|")
+    for name, label in (
+        ("engine", "engine alone (espeak, batches of 64)"),
+        ("encode", "resample + Ogg/Opus encode alone, same audio (one thread)"),
+        ("pipeline-wav", "pipeline in-process to WAV (batcher + resample, no codec)"),
+        ("pipeline", "pipeline in-process (batcher + resample + Ogg/Opus + atomic write)"),
+        ("cli", "`voicelane render` command (new process)"),
+    ):
+        wall = statistics.median(w for w, _ in rows[name])
+        audio_s = statistics.median(a for _, a in rows[name])
+        overhead = (wall - engine_wall) / engine_wall
+        print(
+            f"| {label} | {wall:.3f} | {audio_s:.1f} | {audio_s / wall:.0f}x | "
+            f"{'—' if name in ('engine', 'encode') else f'{overhead:+.0%}'} |"
+        )
+    print()
+    print(
+        f"Ogg check: renderer reported {reported_s:.2f} s, opusinfo {opusinfo_s:.2f} s, "
+        f"PyAV decode {decoded.duration_s:.2f} s ({decoded.codec}, {decoded.sample_rate_hz} Hz)"
+    )
+    if abs(opusinfo_s - reported_s) > 0.05 or abs(decoded.duration_s - reported_s) > 0.05:
+        raise SystemExit("duration mismatch between renderer, opusinfo and decoder")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The voicelane command line: embedded render/say/voices, and bad input → exit 2, one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from api.cli import main
+from core.audio import probe
+
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLE = ROOT / "examples" / "sample.txt"
+
+
+def run_cli(
+    *args: str, stdin: bytes | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real command in a child process, as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("VOICELANE_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        input=stdin.decode("utf-8", "surrogateescape") if stdin is not None else None,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_render_writes_a_valid_ogg_and_prints_a_summary(tmp_path: Path) -> None:
+    out = tmp_path / "sample.ogg"
+    done = run_cli("render", str(SAMPLE), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no progress bar when stderr is not a terminal
+    summary = done.stdout.strip().splitlines()
+    assert len(summary) == 1
+    assert summary[0].startswith(f"{out}: ") and "x real time" in summary[0]
+    info = probe(out)
+    assert info.codec == "opus" and info.sample_rate_hz == 24000
+    assert info.duration_s > 30
+
+
+def test_render_reads_stdin_and_takes_format_and_rate(tmp_path: Path) -> None:
+    out = tmp_path / "speech.audio"
+    done = run_cli(
+        "render",
+        "-",
+        "-o",
+        str(out),
+        "--format",
+        "flac",
+        "--sample-rate",
+        "16000",
+        stdin="Hello from standard input. 你好。".encode(),
+    )
+    assert done.returncode == 0, done.stderr
+    info = probe(out)
+    assert info.codec == "flac" and info.sample_rate_hz == 16000
+
+
+def test_say_and_voice(tmp_path: Path) -> None:
+    out = tmp_path / "hi.mp3"
+    assert main(["say", "Hi there.", "-o", str(out), "--voice", "en-gb"]) == 0
+    assert probe(out).codec == "mp3"
+
+
+def test_voices_lists_auto_english_and_mandarin(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["voices"]) == 0
+    ids = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
+    assert {"auto", "en-us", "cmn"} <= ids
+    assert main(["voices", "--language", "cmn"]) == 0
+    ids = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
+    assert "cmn" in ids and "en-us" not in ids
+
+
+BAD_INPUTS: list[tuple[str, bytes | None, list[str], str]] = [
+    ("empty", b"", [], "is empty"),
+    ("whitespace", b"  \n\n\t ", [], "no text to speak"),
+    ("invalid-utf8", b"na\xefve text \xff", [], "not valid UTF-8"),
+    ("binary", bytes(range(256)) * 4, [], "looks binary"),
+    ("missing-file", None, [], "no such file"),
+    ("unknown-voice", b"Hello.", ["--voice", "klingon"], "unknown voice 'klingon'"),
+    ("unknown-format", b"Hello.", ["--format", "aiff"], "unsupported"),
+    ("bad-rate", b"Hello.", ["--sample-rate", "44100"], "44100"),
+    ("bad-speed", b"Hello.", ["--speed", "10"], "speed"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "extra", "message"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS]
+)
+def test_bad_input_exits_2_with_one_line_and_no_output(
+    tmp_path: Path, name: str, data: bytes | None, extra: list[str], message: str
+) -> None:
+    source = tmp_path / "in.txt"
+    if data is not None:
+        source.write_bytes(data)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    done = run_cli("render", str(source), "-o", str(out_dir / "o.ogg"), *extra)
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("voicelane: error: ")
+    assert message.lower() in lines[0].lower()
+    assert "Traceback" not in done.stderr
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [("speech.xyz", "unsupported"), ("no/such/dir/o.ogg", "no such file or directory")],
+)
+def test_bad_output_exits_2(tmp_path: Path, output: str, message: str) -> None:
+    done = run_cli("render", str(SAMPLE), "-o", str(tmp_path / output))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert message in done.stderr.lower()
+    assert list(tmp_path.iterdir()) == [] or not (tmp_path / output).exists()
+
+
+def test_unwritable_directory_exits_2(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        target = "/proc/voicelane.ogg"  # root can write anywhere on disk, not in /proc
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        target = str(locked / "o.ogg")
+    done = run_cli("render", str(SAMPLE), "-o", target)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith("voicelane: error: cannot write")
+
+
+def test_usage_errors_are_one_line_and_exit_2() -> None:
+    done = run_cli("render", str(SAMPLE))  # no -o
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "voicelane: error: the following arguments are required: -o/--output "
+        "(see voicelane render --help)"
+    ]

@@ -1,0 +1,180 @@
+"""The embedded pipeline: text → segments → the shared batcher → PCM → an audio file.
+
+``voicelane render`` and ``voicelane say`` run this in-process, with no Redis and no
+servers. The same batcher and engine serve the worker processes of both lanes.
+
+The renderer keeps a bounded window of segments in flight (``render_window``): the batcher's
+scheduler thread synthesises ahead while this thread resamples and encodes the segments
+already done, so synthesis and encoding overlap on two cores and memory stays flat however
+long the text is. The output is written to a temporary file beside the target and renamed
+into place only when complete: a failed or interrupted render leaves no partial file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.audio import AudioFormat, StreamResampler, open_writer, silence, validate_sample_rate
+from core.errors import InvalidInputError, OutputError
+from core.settings import EmbeddedSettings
+from core.text import Segment, split_sentences
+from workers.batcher import Batcher, BatcherConfig, Priority
+from workers.engines import Engine, PcmF32, Utterance, create_engine
+
+Progress = Callable[[int, int, float], None]
+"""Called after each segment: (segments done, segments total, audio seconds so far)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenderResult:
+    path: Path
+    format: AudioFormat
+    sample_rate_hz: int
+    duration_s: float
+    elapsed_s: float
+    segments: int
+    characters: int
+
+    @property
+    def speed_x(self) -> float:
+        """Audio seconds per wall-clock second (x real time)."""
+        return self.duration_s / self.elapsed_s if self.elapsed_s > 0 else float("inf")
+
+
+def batcher_config(settings: EmbeddedSettings) -> BatcherConfig:
+    return BatcherConfig(**settings.batcher.model_dump())
+
+
+def synthesize_segments(
+    batcher: Batcher,
+    segments: Sequence[Segment],
+    *,
+    voice: str,
+    speed: float = 1.0,
+    window: int = 256,
+    priority: Priority = Priority.BATCH,
+) -> Iterator[tuple[Segment, PcmF32]]:
+    """Each segment's audio at the engine's rate, in order, at most ``window`` in flight."""
+    pending: deque[tuple[Segment, Future[PcmF32]]] = deque()
+    upcoming = iter(segments)
+    try:
+        for segment in upcoming:
+            pending.append(
+                (segment, batcher.submit(Utterance(segment.text, voice, speed), priority=priority))
+            )
+            if len(pending) >= window:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
+    finally:
+        for _, future in pending:  # abandoned (error, Ctrl-C): free the batcher
+            future.cancel()
+
+
+class EmbeddedRenderer:
+    """One engine + one batcher in this process; renders text to files."""
+
+    def __init__(self, settings: EmbeddedSettings | None = None, engine: Engine | None = None):
+        self.settings = settings or EmbeddedSettings()
+        self.engine = engine or create_engine(self.settings.engine)
+        self.batcher = Batcher(self.engine, batcher_config(self.settings), name="embedded")
+        self.batcher.start()
+
+    def close(self) -> None:
+        self.batcher.close(drain=False)
+
+    def __enter__(self) -> EmbeddedRenderer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def check(self, *, voice: str, speed: float = 1.0) -> None:
+        """Raise the permanent error a render with these options would hit, before any work."""
+        self.engine.validate(Utterance("check", voice, speed))
+
+    def render(
+        self,
+        text: str,
+        output: str | os.PathLike[str],
+        *,
+        fmt: AudioFormat,
+        voice: str | None = None,
+        sample_rate_hz: int | None = None,
+        speed: float = 1.0,
+        progress: Progress | None = None,
+    ) -> RenderResult:
+        started = time.perf_counter()
+        settings = self.settings
+        voice = voice or settings.voice
+        rate_hz = sample_rate_hz or settings.sample_rate_hz
+        validate_sample_rate(fmt, rate_hz)
+        self.check(voice=voice, speed=speed)
+        segments = split_sentences(text, settings.max_segment_chars)
+        if not segments:
+            raise InvalidInputError("text has nothing to speak (no letters or digits)")
+        target = Path(output)
+        with _atomic_output(target) as part:
+            writer = open_writer(part, fmt, rate_hz, bitrate_bps=settings.opus_bitrate_bps)
+            try:
+                resampler = StreamResampler(self.engine.sample_rate_hz, rate_hz)
+                pause = silence(settings.paragraph_pause_s, rate_hz)
+                audio_s = 0.0
+                produced = synthesize_segments(
+                    self.batcher,
+                    segments,
+                    voice=voice,
+                    speed=speed,
+                    window=settings.render_window,
+                )
+                for done, (segment, pcm) in enumerate(produced, start=1):
+                    writer.write(resampler.process(pcm))
+                    if segment.paragraph_end and done < len(segments):
+                        writer.write(resampler.flush())
+                        writer.write(pause)
+                    audio_s += len(pcm) / self.engine.sample_rate_hz
+                    if progress is not None:
+                        progress(done, len(segments), audio_s)
+                writer.write(resampler.flush())
+            finally:
+                writer.close()
+            duration_s = writer.duration_s
+        return RenderResult(
+            path=target,
+            format=fmt,
+            sample_rate_hz=rate_hz,
+            duration_s=duration_s,
+            elapsed_s=time.perf_counter() - started,
+            segments=len(segments),
+            characters=len(text),
+        )
+
+
+@contextlib.contextmanager
+def _atomic_output(target: Path) -> Iterator[Path]:
+    """A temporary path beside ``target``, renamed onto it on success, removed on failure."""
+    if target.is_dir():
+        raise OutputError(f"cannot write {target}: it is a directory")
+    directory = target.parent if str(target.parent) else Path(".")
+    part = directory / f".{target.name}.{secrets.token_hex(6)}.part"
+    try:
+        # O_EXCL: never clobber; mode 0o666 so the umask applies as for any new file.
+        os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as error:
+        raise OutputError(f"cannot write {target}: {error.strerror or error}") from None
+    try:
+        yield part
+        os.replace(part, target)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
