@@ -1,0 +1,187 @@
+"""The job ledger on a real redis-server: states, leases, fencing, exactly-once assembly."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from core.ledger import ChunkPlan, JobNotFoundError, JobOptions, JobState, Ledger
+
+pytestmark = pytest.mark.integration
+
+OPTIONS = JobOptions(voice="auto", format="ogg", sample_rate_hz=24000)
+
+
+@pytest.fixture
+def ledger(redis_url: str) -> Iterator[Ledger]:
+    ledger = Ledger.from_url(redis_url)
+    yield ledger
+    ledger.redis.close()
+
+
+def plans(count: int) -> list[ChunkPlan]:
+    return [
+        ChunkPlan(
+            texts=(f"chunk {n}.",), paragraph_ends=(True,), start=n, end=n + 1, last=n == count - 1
+        )
+        for n in range(count)
+    ]
+
+
+def rendering_job(ledger: Ledger, chunks: int) -> str:
+    job = ledger.create("acme", OPTIONS, "some text")
+    assert ledger.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
+    assert ledger.save_plan(job.id, plans(chunks))
+    return job.id
+
+
+def wait_until(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def test_create_get_and_tenant_isolation(ledger: Ledger) -> None:
+    job = ledger.create("acme", OPTIONS, "Hello 你好")
+    assert job.state is JobState.QUEUED and job.characters == 8
+    assert ledger.text(job.id) == "Hello 你好"
+    assert ledger.get_for_tenant("acme", job.id).id == job.id
+    with pytest.raises(JobNotFoundError):
+        ledger.get_for_tenant("other", job.id)
+    with pytest.raises(JobNotFoundError):
+        ledger.get_for_tenant("acme", "../../etc")
+    assert ledger.active_jobs() == [job.id]
+
+
+def test_listing_is_newest_first_and_paged(ledger: Ledger) -> None:
+    ids = [ledger.create("acme", OPTIONS, f"text {i}").id for i in range(5)]
+    ledger.create("other", OPTIONS, "not mine")
+    page, cursor = ledger.list_for_tenant("acme", limit=2)
+    assert [j.id for j in page] == ids[::-1][:2]
+    assert cursor is not None
+    page2, cursor2 = ledger.list_for_tenant("acme", limit=2, before=cursor)
+    page3, cursor3 = ledger.list_for_tenant("acme", limit=2, before=cursor2)
+    assert [j.id for j in page2 + page3] == ids[::-1][2:]
+    assert cursor3 is None
+
+
+def test_plan_moves_to_rendering_unless_cancelled(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 3)
+    job = ledger.get(job_id)
+    assert job is not None and job.state is JobState.RENDERING and job.chunks_total == 3
+    assert ledger.chunk(job_id, 2).last
+    other = ledger.create("acme", OPTIONS, "x")
+    ledger.transition(other.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
+    assert ledger.cancel(other.id)
+    assert not ledger.save_plan(other.id, plans(2))
+    assert ledger.get(other.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+
+
+def test_a_lease_excludes_others_and_fences_stale_commits(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 2)
+    first = ledger.acquire_chunk(job_id, 0, "w1", ttl_s=30)
+    assert first.status == "acquired"
+    assert ledger.acquire_chunk(job_id, 0, "w2", ttl_s=30).status == "busy"
+    # w1 "dies": its lease lapses; w2 takes over with a newer token.
+    ledger.redis.pexpire(ledger.key(job_id, "lease:0"), 1)
+    wait_until(lambda: ledger.lease_holder(job_id, 0) is None)
+    assert ledger.orphaned_chunks(job_id) == [0]
+    second = ledger.acquire_chunk(job_id, 0, "w2", ttl_s=30)
+    assert second.status == "acquired" and second.token > first.token
+    assert ledger.commit_chunk(job_id, 0, first.token, 1.0) == "fenced"
+    assert ledger.commit_chunk(job_id, 0, second.token, 1.0) == "committed"
+    assert ledger.acquire_chunk(job_id, 0, "w3", ttl_s=30).status == "done"
+    assert ledger.commit_log(job_id) == [(0, second.token, "w2")]
+    assert ledger.orphaned_chunks(job_id) == []
+
+
+def test_renewal_only_by_the_holder(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 1)
+    lease = ledger.acquire_chunk(job_id, 0, "w1", ttl_s=30)
+    assert ledger.renew_chunk(job_id, 0, lease.token, 60)
+    assert not ledger.renew_chunk(job_id, 0, lease.token + 1, 60)
+    assert not ledger.release_chunk(job_id, 0, lease.token + 1)
+    assert ledger.release_chunk(job_id, 0, lease.token)
+
+
+def test_last_commit_triggers_assembly_exactly_once_under_races(ledger: Ledger) -> None:
+    chunks = 40
+    job_id = rendering_job(ledger, chunks)
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        for n in range(chunks):
+            lease = ledger.acquire_chunk(job_id, n, name, ttl_s=30)
+            if lease.status != "acquired":
+                continue
+            outcome = ledger.commit_chunk(job_id, n, lease.token, 0.5)
+            with lock:
+                outcomes[outcome] += 1
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcomes["assemble"] == 1
+    assert outcomes["committed"] == chunks - 1
+    committed = [n for n, _, _ in ledger.commit_log(job_id)]
+    assert sorted(committed) == list(range(chunks))  # each chunk exactly once
+    job = ledger.get(job_id)
+    assert job is not None and job.state is JobState.ASSEMBLING
+    assert job.chunks_done == chunks and job.audio_s == pytest.approx(0.5 * chunks)
+
+
+def test_final_states_never_change(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 1)
+    lease = ledger.acquire_chunk(job_id, 0, "w", ttl_s=30)
+    assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "assemble"
+    assert ledger.finish(job_id, key="k", size_bytes=10, duration_s=1.0, sha256="ab")
+    assert not ledger.cancel(job_id)
+    assert not ledger.fail(job_id, "late")
+    job = ledger.get(job_id)
+    assert job is not None and job.state is JobState.DONE and job.error is None
+    assert job_id not in ledger.active_jobs()
+
+
+def test_commit_after_cancel_is_inactive(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 2)
+    lease = ledger.acquire_chunk(job_id, 0, "w", ttl_s=30)
+    assert ledger.cancel(job_id)
+    assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "inactive"
+    assert ledger.acquire_chunk(job_id, 1, "w", ttl_s=30).status == "inactive"
+    assert not ledger.finish(job_id, key="k", size_bytes=1, duration_s=1.0, sha256="x")
+
+
+def test_progress_and_eta(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 4)
+    for n in range(2):
+        lease = ledger.acquire_chunk(job_id, n, "w", ttl_s=30)
+        ledger.commit_chunk(job_id, n, lease.token, 2.0)
+    job = ledger.get(job_id)
+    assert job is not None
+    assert job.progress == 0.5
+    assert job.started_at is not None
+    eta = job.eta_s(now=job.started_at + 10.0)
+    assert eta == pytest.approx(10.0)  # 2 chunks took 10 s; 2 remain
+
+
+def test_attempts_are_counted_per_chunk(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 2)
+    assert ledger.record_attempt(job_id, 0) == 1
+    assert ledger.record_attempt(job_id, 0) == 2
+    assert ledger.record_attempt(job_id, 1) == 1
+    assert ledger.get(job_id).attempts == 3  # type: ignore[union-attr]
+
+
+def test_requeue_once_holds_for_its_period(ledger: Ledger) -> None:
+    job_id = rendering_job(ledger, 1)
+    assert ledger.requeue_once(job_id, "chunk:0", hold_s=30)
+    assert not ledger.requeue_once(job_id, "chunk:0", hold_s=30)
+    assert ledger.requeue_once(job_id, "chunk:1", hold_s=30)
