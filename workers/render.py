@@ -19,13 +19,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+
+import numpy as np
 
 from core.audio import AudioFormat, StreamResampler, open_writer, silence, validate_sample_rate
-from core.errors import InvalidInputError, OutputError
+from core.errors import DeadlineExceededError, InvalidInputError, OutputError
 from core.settings import EmbeddedSettings
-from core.text import Segment, split_sentences
+from core.text import split_sentences
 from workers.batcher import Batcher, BatcherConfig, Priority
 from workers.engines import Engine, PcmF32, Utterance, create_engine
 
@@ -53,32 +57,87 @@ def batcher_config(settings: EmbeddedSettings) -> BatcherConfig:
     return BatcherConfig(**settings.batcher.model_dump())
 
 
+class Speakable(Protocol):
+    """What the renderer needs of a segment (``core.text.Segment`` has it)."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def paragraph_end(self) -> bool: ...
+
+
 def synthesize_segments(
     batcher: Batcher,
-    segments: Sequence[Segment],
+    segments: Sequence[Speakable],
     *,
     voice: str,
     speed: float = 1.0,
     window: int = 256,
     priority: Priority = Priority.BATCH,
-) -> Iterator[tuple[Segment, PcmF32]]:
-    """Each segment's audio at the engine's rate, in order, at most ``window`` in flight."""
-    pending: deque[tuple[Segment, Future[PcmF32]]] = deque()
-    upcoming = iter(segments)
+    deadline_s: float | None = None,
+) -> Iterator[PcmF32]:
+    """Each segment's audio at the engine's rate, in order, at most ``window`` in flight.
+
+    ``deadline_s`` (on the batcher's clock) is handed to the batcher with every segment and
+    also bounds how long this waits for each result.
+    """
+    pending: deque[Future[PcmF32]] = deque()
+
+    def result(future: Future[PcmF32]) -> PcmF32:
+        timeout_s = None if deadline_s is None else max(0.0, deadline_s - batcher.clock())
+        try:
+            return future.result(timeout_s)
+        except FutureTimeout:
+            raise DeadlineExceededError("segment not rendered before the deadline") from None
+
     try:
-        for segment in upcoming:
-            pending.append(
-                (segment, batcher.submit(Utterance(segment.text, voice, speed), priority=priority))
-            )
+        for segment in segments:
+            utterance = Utterance(segment.text, voice, speed)
+            pending.append(batcher.submit(utterance, priority=priority, deadline_s=deadline_s))
             if len(pending) >= window:
-                done, future = pending.popleft()
-                yield done, future.result()
+                yield result(pending.popleft())
         while pending:
-            done, future = pending.popleft()
-            yield done, future.result()
+            yield result(pending.popleft())
     finally:
-        for _, future in pending:  # abandoned (error, Ctrl-C): free the batcher
+        for future in pending:  # abandoned (error, Ctrl-C): free the batcher
             future.cancel()
+
+
+def speech_at_rate(
+    batcher: Batcher,
+    segments: Sequence[Speakable],
+    *,
+    voice: str,
+    speed: float,
+    sample_rate_hz: int,
+    pause_s: float,
+    pause_after_last: bool = False,
+    window: int = 256,
+    priority: Priority = Priority.BATCH,
+    deadline_s: float | None = None,
+) -> Iterator[tuple[int, PcmF32]]:
+    """PCM at ``sample_rate_hz`` with ``pause_s`` of silence after each paragraph.
+
+    Yields ``(segments done, pcm)`` pieces in order. No pause follows the last segment unless
+    ``pause_after_last`` (a chunk in the middle of a job ending on a paragraph).
+    """
+    resampler = StreamResampler(batcher.engine.sample_rate_hz, sample_rate_hz)
+    pause = silence(pause_s, sample_rate_hz)
+    produced = synthesize_segments(
+        batcher,
+        segments,
+        voice=voice,
+        speed=speed,
+        window=window,
+        priority=priority,
+        deadline_s=deadline_s,
+    )
+    last = len(segments) - 1
+    for index, (segment, pcm) in enumerate(zip(segments, produced, strict=True)):
+        yield index + 1, resampler.process(pcm)
+        if segment.paragraph_end and (index < last or pause_after_last):
+            yield index + 1, np.concatenate([resampler.flush(), pause])
+    yield len(segments), resampler.flush()
 
 
 class EmbeddedRenderer:
@@ -127,25 +186,21 @@ class EmbeddedRenderer:
         with _atomic_output(target) as part:
             writer = open_writer(part, fmt, rate_hz, bitrate_bps=settings.opus_bitrate_bps)
             try:
-                resampler = StreamResampler(self.engine.sample_rate_hz, rate_hz)
-                pause = silence(settings.paragraph_pause_s, rate_hz)
-                audio_s = 0.0
-                produced = synthesize_segments(
+                pieces = speech_at_rate(
                     self.batcher,
                     segments,
                     voice=voice,
                     speed=speed,
+                    sample_rate_hz=rate_hz,
+                    pause_s=settings.paragraph_pause_s,
                     window=settings.render_window,
                 )
-                for done, (segment, pcm) in enumerate(produced, start=1):
-                    writer.write(resampler.process(pcm))
-                    if segment.paragraph_end and done < len(segments):
-                        writer.write(resampler.flush())
-                        writer.write(pause)
-                    audio_s += len(pcm) / self.engine.sample_rate_hz
-                    if progress is not None:
-                        progress(done, len(segments), audio_s)
-                writer.write(resampler.flush())
+                reported = 0
+                for done, pcm in pieces:
+                    writer.write(pcm)
+                    if progress is not None and done > reported:
+                        reported = done
+                        progress(done, len(segments), writer.duration_s)
             finally:
                 writer.close()
             duration_s = writer.duration_s

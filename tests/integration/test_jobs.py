@@ -1,0 +1,184 @@
+"""The job functions in-process (real Redis, local storage, a recording enqueue): planning,
+chunk rendering and commits, failure after bounded attempts, assembly, the reconciler."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.audio import probe
+from core.errors import EngineError
+from core.ledger import JobOptions, JobState, Ledger
+from core.settings import LaneSettings
+from core.storage import LocalStorage, LocalStorageSettings
+from tests.support.engines import RecordingEngine
+from workers.batcher import Batcher
+from workers.celery_app import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
+from workers.engines import Utterance
+from workers.engines.espeak import EspeakEngine
+from workers.jobs import (
+    LaneContext,
+    assemble_job,
+    parts_prefix,
+    plan_chunks,
+    plan_job,
+    render_chunk,
+)
+from workers.reconciler import reconcile_once
+
+pytestmark = pytest.mark.integration
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[object, ...]]] = []
+
+    def __call__(self, task: str, *args: object, **_kwargs: object) -> None:
+        self.calls.append((task, args))
+
+    def of(self, task: str) -> list[tuple[object, ...]]:
+        return [args for name, args in self.calls if name == task]
+
+
+@pytest.fixture
+def ctx(redis_url: str, tmp_path: Path) -> Iterator[LaneContext]:
+    settings = LaneSettings(redis_url=redis_url, chunk_target_audio_s=3, max_chunk_attempts=2)
+    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "storage", secret="s" * 40))
+    storage.prepare()
+    batcher = Batcher(EspeakEngine()).start()
+    context = LaneContext(
+        settings=settings,
+        ledger=Ledger.from_url(redis_url),
+        storage=storage,
+        worker_name="w@test",
+        enqueue=Recorder(),
+        batcher=batcher,
+    )
+    yield context
+    batcher.close()
+
+
+def recorder(ctx: LaneContext) -> Recorder:
+    assert isinstance(ctx.enqueue, Recorder)
+    return ctx.enqueue
+
+
+TEXT = "First sentence here. Second one follows.\n\nA new paragraph starts. 它也有中文。" * 3
+
+
+def submit(ctx: LaneContext, text: str = TEXT, fmt: str = "wav") -> str:
+    options = JobOptions(voice="auto", format=fmt, sample_rate_hz=16000)
+    return ctx.ledger.create("acme", options, text).id
+
+
+def test_chunks_hold_a_few_seconds_each_and_keep_order() -> None:
+    settings = LaneSettings(chunk_target_audio_s=3)
+    chunks = plan_chunks(TEXT * 4, settings)
+    assert len(chunks) > 5
+    assert [c.last for c in chunks].count(True) == 1 and chunks[-1].last
+    starts = [c.start for c in chunks]
+    assert starts == sorted(starts)
+    assert all(len(c.texts) == len(c.paragraph_ends) >= 1 for c in chunks)
+
+
+def test_plan_render_assemble_end_to_end(ctx: LaneContext) -> None:
+    job_id = submit(ctx)
+    total = plan_job(ctx, job_id)
+    assert total > 1
+    assert recorder(ctx).of(RENDER_CHUNK_TASK) == [(job_id, n) for n in range(total)]
+    outcomes = [render_chunk(ctx, job_id, n) for n in range(total)]
+    assert outcomes == ["committed"] * (total - 1) + ["assemble"]
+    assert recorder(ctx).of(ASSEMBLE_TASK) == [(job_id,)]
+    # A redelivered chunk is skipped, not rendered twice.
+    assert render_chunk(ctx, job_id, 0) == "inactive"
+    assert assemble_job(ctx, job_id)
+    assert not assemble_job(ctx, job_id)  # exactly once
+    job = ctx.ledger.get(job_id)
+    assert job is not None and job.state is JobState.DONE
+    assert job.output_key is not None and job.duration_s is not None
+    assert isinstance(ctx.storage, LocalStorage)
+    info = probe(ctx.storage.path_for(job.output_key))
+    assert info.sample_rate_hz == 16000
+    assert info.duration_s == pytest.approx(job.duration_s, abs=1e-3)
+    assert info.duration_s == pytest.approx(job.audio_s, abs=1e-3)
+    assert recorder(ctx).of(CLEANUP_TASK) == [(job_id,)]
+
+
+def test_a_chunk_that_keeps_failing_fails_the_job_with_the_reason(
+    redis_url: str, tmp_path: Path
+) -> None:
+    def broken(batch: Sequence[Utterance]) -> BaseException | None:
+        return EngineError("GPU fell off the bus")
+
+    engine = RecordingEngine(voices=("auto",), fail_when=broken)
+    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "s", secret="s" * 40))
+    with Batcher(engine) as batcher:
+        context = LaneContext(
+            settings=LaneSettings(redis_url=redis_url, max_chunk_attempts=2),
+            ledger=Ledger.from_url(redis_url),
+            storage=storage,
+            worker_name="w@test",
+            enqueue=Recorder(),
+            batcher=batcher,
+        )
+        job_id = submit(context, "Just one chunk.")
+        plan_job(context, job_id)
+        for _ in range(2):  # each attempt raises: Celery would retry it
+            with pytest.raises(EngineError):
+                render_chunk(context, job_id, 0)
+        assert render_chunk(context, job_id, 0) == "failed"
+    job = context.ledger.get(job_id)
+    assert job is not None and job.state is JobState.FAILED
+    assert job.error is not None
+    assert "chunk 0 failed 2 times" in job.error and "GPU fell off the bus" in job.error
+
+
+def test_cancel_during_render_removes_the_part(ctx: LaneContext) -> None:
+    job_id = submit(ctx)
+    plan_job(ctx, job_id)
+    lease = ctx.ledger.acquire_chunk(job_id, 0, "other@test", 30)
+    ctx.ledger.cancel(job_id)
+    assert render_chunk(ctx, job_id, 1) == "inactive"
+    assert ctx.ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "inactive"
+    job = ctx.ledger.get(job_id)
+    assert job is not None and ctx.storage.list_keys(parts_prefix(job)) == []
+
+
+def test_reconciler_requeues_a_dead_workers_chunk_once(ctx: LaneContext) -> None:
+    job_id = submit(ctx)
+    plan_job(ctx, job_id)
+    recorder(ctx).calls.clear()
+    ctx.ledger.acquire_chunk(job_id, 2, "dead@test", ttl_s=0.001)
+    assert reconcile_once(ctx) >= 0  # the lease may not have lapsed yet on a fast machine
+    ctx.ledger.redis.delete(ctx.ledger.key(job_id, "lease:2"))  # lapsed
+    recorder(ctx).calls.clear()
+    assert reconcile_once(ctx) == 1
+    assert recorder(ctx).of(RENDER_CHUNK_TASK) == [(job_id, 2)]
+    assert reconcile_once(ctx) == 0  # not again while the re-enqueued message waits
+
+
+def test_reconciler_requeues_every_unfinished_chunk_of_a_stalled_job(ctx: LaneContext) -> None:
+    job_id = submit(ctx)
+    total = plan_job(ctx, job_id)
+    render_chunk(ctx, job_id, 0)
+    recorder(ctx).calls.clear()
+    job = ctx.ledger.get(job_id)
+    assert job is not None
+    later = job.updated_at + ctx.settings.stall_timeout_s + 1
+    assert reconcile_once(ctx, now=later) == total - 1
+    assert sorted(a[1] for a in recorder(ctx).of(RENDER_CHUNK_TASK)) == list(range(1, total))  # type: ignore[type-var]
+
+
+def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: LaneContext) -> None:
+    job_id = submit(ctx, "One short sentence.")
+    plan_job(ctx, job_id)
+    assert render_chunk(ctx, job_id, 0) == "assemble"
+    job = ctx.ledger.get(job_id)
+    assert job is not None
+    data = ctx.storage.get_bytes(parts_prefix(job) + "000000.s16")
+    pcm = np.frombuffer(data, dtype=np.int16)
+    assert len(pcm) / 16000 == pytest.approx(job.audio_s, abs=1e-3)
+    assert int(np.abs(pcm).max()) > 1000

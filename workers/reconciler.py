@@ -1,0 +1,91 @@
+"""The reconciler: re-enqueues work that a lost message or a dead worker left behind.
+
+It runs as a thread in every CPU worker (``--queues control,assemble``); a short Redis lock
+makes one of them do each turn. Every ``reconcile_interval_s`` it looks at each active job:
+
+* ``rendering``: chunks a worker started whose lease lapsed without a commit (the worker
+  died) are re-enqueued at once; if the job made no progress for ``stall_timeout_s``, every
+  unfinished chunk is re-enqueued (a message lost with a restarted Redis);
+* ``queued`` / ``planning`` stalled: ``plan`` is enqueued again;
+* ``assembling`` stalled: ``assemble`` is enqueued again.
+
+Duplicates are harmless: every task is idempotent (leases, the ``done`` set, the assembly
+lock). ``Ledger.requeue_once`` keeps a re-enqueued item from being re-enqueued again while
+its message is still waiting in the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from core.ledger import JobState
+from workers.celery_app import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
+from workers.jobs import LaneContext
+
+log = logging.getLogger(__name__)
+
+
+def reconcile_once(ctx: LaneContext, *, now: float | None = None) -> int:
+    """One pass over the active jobs. Returns how many tasks it re-enqueued."""
+    ledger = ctx.ledger
+    settings = ctx.settings
+    now = now if now is not None else time.time()
+    hold_s = max(settings.lease_ttl_s, settings.reconcile_interval_s) * 3
+    requeued = 0
+    for job_id in ledger.active_jobs():
+        job = ledger.get(job_id)
+        if job is None:
+            continue
+        stalled = now - job.updated_at > settings.stall_timeout_s
+        if job.state is JobState.RENDERING:
+            chunks = ledger.orphaned_chunks(job_id)
+            if stalled:
+                chunks = sorted(set(chunks) | set(ledger.unfinished_chunks(job_id)))
+            for n in chunks:
+                if ledger.lease_holder(job_id, n) is None and ledger.requeue_once(
+                    job_id, f"chunk:{n}", hold_s
+                ):
+                    ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
+                    requeued += 1
+        elif stalled and job.state in (JobState.QUEUED, JobState.PLANNING):
+            if ledger.requeue_once(job_id, "plan", settings.stall_timeout_s):
+                ctx.enqueue(PLAN_TASK, job_id)
+                requeued += 1
+        elif (
+            stalled
+            and job.state is JobState.ASSEMBLING
+            and ledger.requeue_once(job_id, "assemble", settings.stall_timeout_s)
+        ):
+            ctx.enqueue(ASSEMBLE_TASK, job_id)
+            requeued += 1
+    if requeued:
+        log.info("reconciler re-enqueued %d tasks", requeued)
+    return requeued
+
+
+class Reconciler:
+    """Runs :func:`reconcile_once` every interval in a thread, one process at a time."""
+
+    def __init__(self, ctx: LaneContext) -> None:
+        self.ctx = ctx
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
+
+    def start(self) -> Reconciler:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        interval_s = self.ctx.settings.reconcile_interval_s
+        while not self._stop.wait(interval_s):
+            try:
+                if self.ctx.ledger.acquire_lock("reconciler", self.ctx.worker_name, interval_s):
+                    reconcile_once(self.ctx)
+            except Exception:
+                log.exception("reconciler pass failed; trying again next interval")

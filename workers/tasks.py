@@ -1,0 +1,91 @@
+"""Celery tasks: thin. Parse ids, call a plain function in ``workers.jobs``, map errors.
+
+Permanent errors end the job (the job functions do that themselves); anything else is
+retried with exponential backoff and jitter, up to ``max_chunk_attempts`` for chunks (the
+ledger counts attempts, so a chunk whose worker died counts too) and a few times for the
+rest. Arguments are ids only.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from celery import Task
+
+from core.errors import is_permanent
+from workers.celery_app import (
+    ASSEMBLE_TASK,
+    CLEANUP_TASK,
+    NOTIFY_TASK,
+    PLAN_TASK,
+    RENDER_CHUNK_TASK,
+    app,
+)
+from workers.jobs import (
+    assemble_job,
+    cleanup_job,
+    fail_job,
+    notify_job,
+    plan_job,
+    render_chunk,
+)
+from workers.runtime import context
+
+log = logging.getLogger(__name__)
+
+_MAX_RETRIES = 8
+
+
+def _backoff_s(retries: int, base_s: float = 1.0, cap_s: float = 60.0) -> float:
+    return float(random.uniform(0, min(cap_s, base_s * 2**retries)))
+
+
+@app.task(bind=True, name=PLAN_TASK, max_retries=_MAX_RETRIES)
+def plan(self: Task, job_id: str) -> int:
+    try:
+        return plan_job(context(), str(job_id))
+    except Exception as error:
+        if is_permanent(error):
+            fail_job(context(), str(job_id), str(error))
+            return 0
+        raise self.retry(exc=error, countdown=_backoff_s(self.request.retries)) from error
+
+
+@app.task(bind=True, name=RENDER_CHUNK_TASK, max_retries=_MAX_RETRIES)
+def render(self: Task, job_id: str, n: int) -> str:
+    try:
+        return render_chunk(context(), str(job_id), int(n))
+    except Exception as error:
+        log.warning("job %s chunk %s failed, will retry: %s", job_id, n, error)
+        raise self.retry(exc=error, countdown=_backoff_s(self.request.retries)) from error
+
+
+@app.task(bind=True, name=ASSEMBLE_TASK, max_retries=_MAX_RETRIES)
+def assemble(self: Task, job_id: str) -> bool:
+    try:
+        return assemble_job(context(), str(job_id))
+    except Exception as error:
+        if is_permanent(error) or self.request.retries >= _MAX_RETRIES:
+            fail_job(context(), str(job_id), f"assembly failed: {error}")
+            return False
+        raise self.retry(exc=error, countdown=_backoff_s(self.request.retries)) from error
+
+
+@app.task(bind=True, name=NOTIFY_TASK, max_retries=16)
+def notify(self: Task, job_id: str) -> int:
+    try:
+        return notify_job(context(), str(job_id))
+    except Exception as error:
+        if self.request.retries + 1 >= context().settings.callback_max_attempts:
+            log.warning("giving up on the callback of job %s: %s", job_id, error)
+            return 0
+        raise self.retry(exc=error, countdown=_backoff_s(self.request.retries)) from error
+
+
+@app.task(bind=True, name=CLEANUP_TASK, max_retries=_MAX_RETRIES)
+def cleanup(self: Task, job_id: str) -> int:
+    try:
+        return cleanup_job(context(), str(job_id))
+    except Exception as error:
+        raise self.retry(exc=error, countdown=_backoff_s(self.request.retries)) from error
