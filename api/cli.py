@@ -151,6 +151,90 @@ def _cmd_voices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from core.settings import WorkerSettings
+    from workers.runtime import run_worker
+
+    settings = WorkerSettings()
+    for name in ("engine", "device", "concurrency", "queues"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(settings, name, value)
+    logging.getLogger().setLevel(logging.INFO)
+    return run_worker(settings, hostname=args.hostname)
+
+
+def _cmd_api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.rest import create_app
+    from core.settings import ApiSettings
+
+    settings = ApiSettings()
+    if args.host:
+        settings.host = args.host
+    if args.port:
+        settings.port = args.port
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    return 0
+
+
+def _cmd_flower(args: argparse.Namespace) -> int:
+    from api.flower import run_flower
+    from core.settings import FlowerSettings
+
+    settings = FlowerSettings()
+    if args.port:
+        settings.flower_port = args.port
+    run_flower(settings)
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from api.stack import run_stack
+
+    return run_stack(Path(args.state_dir), pidfile=Path(args.pidfile) if args.pidfile else None)
+
+
+def _cmd_redis(args: argparse.Namespace) -> int:
+    import signal
+
+    from core.redis_server import RedisServer
+
+    server = RedisServer(args.dir, port=args.port).start()
+    print(f"redis-server on {server.url} (AOF in {args.dir}); Ctrl-C stops it", flush=True)
+    stop = __import__("threading").Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+def _cmd_jobs_submit(args: argparse.Namespace) -> int:
+    from api.jobs_client import submit_and_fetch
+
+    api_key = args.key or os.environ.get("VOICELANE_API_KEY")
+    if not api_key:
+        raise InvalidInputError("give --key or set VOICELANE_API_KEY")
+    source = Path(args.input)
+    if not source.is_file():
+        raise InvalidInputError(f"{args.input}: no such file")
+    return submit_and_fetch(
+        args.server,
+        api_key,
+        source,
+        Path(args.output) if args.output else None,
+        voice=args.voice,
+        fmt=args.format,
+        timeout_s=args.timeout,
+    )
+
+
 def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, help="the audio file to write")
     parser.add_argument("--voice", help="voice id (see `voicelane voices`); default: auto")
@@ -182,6 +266,49 @@ def build_parser() -> argparse.ArgumentParser:
     voices.add_argument("--engine", help="engine name; default espeak")
     voices.add_argument("--language", help="only voices whose language starts with this")
     voices.set_defaults(handler=_cmd_voices)
+
+    worker = commands.add_parser(
+        "worker", help="run a lane worker (GPU: render; CPU: control,assemble)"
+    )
+    worker.add_argument("--queues", help="comma-separated: render (default) or control,assemble")
+    worker.add_argument("--engine", help="engine for a render worker (default espeak)")
+    worker.add_argument("--device", help="cpu or cuda:N")
+    worker.add_argument("--concurrency", type=int, help="Celery threads (chunks in flight)")
+    worker.add_argument("--hostname", help="worker name shown in Flower")
+    worker.set_defaults(handler=_cmd_worker)
+
+    api = commands.add_parser("api", help="run the REST API (port 8000)")
+    api.add_argument("--host")
+    api.add_argument("--port", type=int)
+    api.set_defaults(handler=_cmd_api)
+
+    flower = commands.add_parser("flower", help="run Flower (read-only, basic auth; port 5555)")
+    flower.add_argument("--port", type=int)
+    flower.set_defaults(handler=_cmd_flower)
+
+    up = commands.add_parser("up", help="run the whole stack locally; Ctrl-C stops it")
+    up.add_argument("--state-dir", default=".voicelane", help="Redis AOF, storage, logs")
+    up.add_argument("--pidfile", help="write this process's pid here (make stop uses it)")
+    up.set_defaults(handler=_cmd_up)
+
+    redis_cmd = commands.add_parser("redis", help="run redis-server with AOF and noeviction")
+    redis_cmd.add_argument("--port", type=int, default=6379)
+    redis_cmd.add_argument("--dir", default=".voicelane/redis")
+    redis_cmd.set_defaults(handler=_cmd_redis)
+
+    jobs = commands.add_parser("jobs", help="batch jobs on a running stack")
+    job_commands = jobs.add_subparsers(dest="jobs_command", required=True, parser_class=_Parser)
+    submit = job_commands.add_parser("submit", help="submit a text file, wait, download")
+    submit.add_argument("input", metavar="FILE")
+    submit.add_argument("-o", "--output", help="download the audio here when done")
+    submit.add_argument(
+        "--server", default=os.environ.get("VOICELANE_SERVER", "http://127.0.0.1:8000")
+    )
+    submit.add_argument("--key", help="API key (default: $VOICELANE_API_KEY)")
+    submit.add_argument("--voice")
+    submit.add_argument("--format")
+    submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait")
+    submit.set_defaults(handler=_cmd_jobs_submit)
     return parser
 
 

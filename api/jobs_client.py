@@ -1,0 +1,116 @@
+"""``voicelane jobs``: submit a text file to a running stack over REST and fetch the audio."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from core.errors import InvalidInputError, VoicelaneError
+
+FINAL = ("done", "failed", "cancelled")
+
+
+class RemoteError(VoicelaneError):
+    code = "remote_error"
+    exit_status = 1
+
+
+class JobsClient:
+    def __init__(self, server: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+        self.http = httpx.Client(
+            base_url=server.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout_s,
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _json(self, response: httpx.Response) -> dict[str, Any]:
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:200]
+            error_class = InvalidInputError if response.status_code < 500 else RemoteError
+            raise error_class(f"server answered {response.status_code}: {message}")
+        data: dict[str, Any] = response.json()
+        return data
+
+    def submit(self, text: str, **options: Any) -> dict[str, Any]:
+        body = {"text": text, **{k: v for k, v in options.items() if v is not None}}
+        return self._json(self.http.post("/v1/jobs", json=body))
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        return self._json(self.http.get(f"/v1/jobs/{job_id}"))
+
+    def wait(
+        self, job_id: str, *, timeout_s: float, poll_s: float = 0.5, out: TextIO | None = None
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.get(job_id)
+            if out is not None:
+                eta = f", eta {job['eta_s']:.0f} s" if job.get("eta_s") is not None else ""
+                out.write(
+                    f"\r{job['state']:10} {job['chunks_done']}/{job['chunks_total']} chunks, "
+                    f"{job['audio_seconds_rendered']:.1f} s of audio{eta}   "
+                )
+                out.flush()
+            if job["state"] in FINAL:
+                if out is not None:
+                    out.write("\n")
+                return job
+            if time.monotonic() > deadline:
+                raise RemoteError(f"job {job_id} not finished after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+
+    def download(self, url: str, target: Path) -> int:
+        with httpx.stream("GET", url, timeout=60.0, follow_redirects=True) as response:
+            if response.status_code != 200:
+                raise RemoteError(f"download answered {response.status_code}")
+            part = target.with_name(f".{target.name}.part")
+            size = 0
+            with part.open("wb") as handle:
+                for block in response.iter_bytes():
+                    handle.write(block)
+                    size += len(block)
+            part.replace(target)
+            return size
+
+
+def submit_and_fetch(
+    server: str,
+    api_key: str,
+    source: Path,
+    output: Path | None,
+    *,
+    voice: str | None,
+    fmt: str | None,
+    timeout_s: float,
+) -> int:
+    from core.text_input import decode_text
+
+    text = decode_text(source.read_bytes(), max_chars=10_000_000, source=str(source))
+    client = JobsClient(server, api_key)
+    try:
+        job = client.submit(text, voice=voice, format=fmt)
+        print(f"submitted job {job['id']} ({job['characters']} characters)")
+        job = client.wait(job["id"], timeout_s=timeout_s, out=sys.stderr)
+        if job["state"] != "done":
+            raise RemoteError(f"job {job['id']} {job['state']}: {job.get('error')}")
+        url = job["download_url"]
+        print(f"download link (valid {job['download_expires_in_s']} s): {url}")
+        if output is not None:
+            size = client.download(url, output)
+            print(
+                f"{output}: {job['output']['duration_s']:.1f} s of audio, {size:,} bytes, "
+                f"sha256 {job['output']['sha256'][:16]}..."
+            )
+        return 0
+    finally:
+        client.close()
