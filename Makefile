@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_STAMP := $(VENV)/.system-deps
 PYTEST_ARGS ?=
 
-.PHONY: all install system-deps demo test lint format bench clean
+.PHONY: all install system-deps demo stop test lint format bench clean
 
 all: test
 
@@ -27,9 +27,18 @@ $(STAMP): pyproject.toml $(SYSTEM_STAMP)
 
 install: $(STAMP)
 
+# The embedded default first (no servers), then the whole stack over REST.
 demo: install
 	@mkdir -p out
 	$(BIN)/voicelane render examples/sample.txt -o out/sample.ogg
+	scripts/demo.sh
+
+stop:
+	@if [ -f out/stack.pid ] && kill -0 $$(cat out/stack.pid) 2>/dev/null; then \
+		kill $$(cat out/stack.pid); \
+		while kill -0 $$(cat out/stack.pid 2>/dev/null) 2>/dev/null; do sleep 0.2; done; \
+		echo "stack stopped"; \
+	else echo "no stack running"; fi
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -44,10 +53,11 @@ format: install
 	$(BIN)/ruff check --fix .
 
 bench: install
-	$(BIN)/python bench/render.py
-	$(BIN)/python bench/batcher.py
-	$(BIN)/python bench/audio_codecs.py
-	$(BIN)/python bench/text_split.py
+	$(BIN)/python -m bench.render
+	$(BIN)/python -m bench.batcher
+	$(BIN)/python -m bench.audio_codecs
+	$(BIN)/python -m bench.text_split
+	$(BIN)/python -m bench.jobs
 
-clean:
-	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache
+clean: stop
+	rm -rf $(VENV) out .voicelane .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# make demo, part two: start the local stack in the background (unless it runs already),
+# submit the sample text over REST, show progress, print the download link, fetch the file.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p out
+pidfile=out/stack.pid
+api=${VOICELANE_SERVER:-http://127.0.0.1:8000}
+ready() { .venv/bin/python -c "import httpx, sys; sys.exit(httpx.get('$api/readyz', timeout=2).status_code != 200)" 2>/dev/null; }
+
+if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "stack already running (pid $(cat "$pidfile"))"
+else
+    echo "starting the stack (redis, gpu worker, cpu worker, api, flower); log: out/stack.log"
+    nohup .venv/bin/voicelane up --state-dir .voicelane --pidfile "$pidfile" >out/stack.log 2>&1 &
+    for _ in $(seq 1 150); do
+        if ready; then break; fi
+        if ! kill -0 $! 2>/dev/null; then echo "the stack failed to start:"; tail -20 out/stack.log; exit 1; fi
+        sleep 0.2
+    done
+    ready || { echo "the API did not become ready"; tail -20 out/stack.log; exit 1; }
+fi
+VOICELANE_API_KEY=${VOICELANE_API_KEY:-demo-key} \
+    .venv/bin/voicelane jobs submit examples/sample.txt --server "$api" -o out/sample-job.ogg
+echo
+echo "The stack keeps running: API $api/docs (key demo-key), Flower http://127.0.0.1:5555 (admin:admin)."
+echo "make stop stops it."

@@ -1,0 +1,234 @@
+"""The batch lane end to end: real redis-server, moto's S3 server over HTTP, real worker, API
+and Flower processes. Submit → done → download → decode; uploads; tenants; cancel;
+callbacks; Flower."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.audio import AudioFormat, probe
+from core.ledger import Ledger
+from core.redis_server import RedisServer
+from core.settings import EmbeddedSettings
+from core.storage import S3Storage
+from tests.integration.conftest import s3_settings
+from tests.support.lane import OTHER_KEY, Lane, wait_for
+from tests.support.s3_server import S3Endpoint
+from workers.render import EmbeddedRenderer
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = (ROOT / "examples" / "sample.txt").read_text(encoding="utf-8")
+FINAL = ("done", "failed", "cancelled")
+
+
+def s3_env(endpoint: S3Endpoint, bucket: str) -> dict[str, str]:
+    return {
+        "VOICELANE_STORAGE_BACKEND": "s3",
+        "VOICELANE_STORAGE_S3__ENDPOINT_URL": endpoint.url,
+        "VOICELANE_STORAGE_S3__BUCKET": bucket,
+        "VOICELANE_STORAGE_S3__REGION": endpoint.region,
+        "VOICELANE_STORAGE_S3__ACCESS_KEY_ID": endpoint.access_key_id,
+        "VOICELANE_STORAGE_S3__SECRET_ACCESS_KEY": endpoint.secret_access_key,
+    }
+
+
+@pytest.fixture(scope="module")
+def bucket() -> str:
+    return f"lane-{uuid.uuid4().hex[:16]}"
+
+
+@pytest.fixture(scope="module")
+def lane(
+    tmp_path_factory: pytest.TempPathFactory, s3_endpoint: S3Endpoint, bucket: str
+) -> Iterator[Lane]:
+    directory = tmp_path_factory.mktemp("lane")
+    redis_server = RedisServer(directory / "redis").start()
+    lane = Lane(directory, redis_server.url, env_overrides=s3_env(s3_endpoint, bucket))
+    try:
+        lane.gpu_worker()
+        lane.cpu_worker()
+        lane.api()
+        yield lane
+    finally:
+        lane.stop()
+        redis_server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(s3_endpoint: S3Endpoint, bucket: str) -> S3Storage:
+    return S3Storage(s3_settings(s3_endpoint, bucket))
+
+
+@pytest.fixture
+def ledger(lane: Lane) -> Iterator[Ledger]:
+    ledger = Ledger.from_url(lane.redis_url)
+    yield ledger
+    ledger.redis.close()
+
+
+def wait_final(client: httpx.Client, job_id: str, timeout_s: float = 120) -> dict[str, Any]:
+    def final() -> dict[str, Any] | None:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        return job if job["state"] in FINAL else None
+
+    return wait_for(final, timeout_s, f"job {job_id} to finish")
+
+
+def test_submit_done_download_and_duration_matches_embedded(
+    lane: Lane, s3: S3Storage, tmp_path: Path
+) -> None:
+    with lane.client() as client:
+        response = client.post("/v1/jobs", json={"text": SAMPLE, "format": "ogg"})
+        assert response.status_code == 202, response.text
+        assert response.headers["location"] == f"/v1/jobs/{response.json()['id']}"
+        job = wait_final(client, response.json()["id"])
+        assert job["state"] == "done", lane.logs()
+        assert job["progress"] == 1.0 and job["chunks_done"] == job["chunks_total"] >= 1
+        redirect = client.get(f"/v1/jobs/{job['id']}/audio")
+        assert redirect.status_code == 302
+        audio = httpx.get(redirect.headers["location"], timeout=30)
+    assert audio.status_code == 200
+    out = tmp_path / "job.ogg"
+    out.write_bytes(audio.content)
+    info = probe(out)
+    assert info.codec == "opus" and info.sample_rate_hz == 24000
+    assert info.duration_s == pytest.approx(job["output"]["duration_s"], abs=0.02)
+
+    with EmbeddedRenderer(EmbeddedSettings()) as renderer:
+        embedded = renderer.render(SAMPLE, tmp_path / "embedded.ogg", fmt=AudioFormat.OGG)
+    assert info.duration_s == pytest.approx(embedded.duration_s, rel=0.02)
+    # The parts are gone, only the finished file remains.
+    tenant_prefix = f"acme/{job['id']}/"
+    assert s3.list_keys(tenant_prefix) == [f"{tenant_prefix}audio.ogg"]
+    assert s3.incomplete_uploads(tenant_prefix) == []
+
+
+def test_a_text_file_upload_renders_to_the_asked_format(lane: Lane, tmp_path: Path) -> None:
+    with lane.client() as client:
+        response = client.post(
+            "/v1/jobs",
+            files={"file": ("chapter.txt", "一段中文。And English too.".encode(), "text/plain")},
+            data={"format": "flac", "sample_rate_hz": "16000", "voice": "auto"},
+        )
+        assert response.status_code == 202, response.text
+        job = wait_final(client, response.json()["id"])
+        assert job["state"] == "done"
+        link = job["download_url"]
+    out = tmp_path / "chapter.flac"
+    out.write_bytes(httpx.get(link, timeout=30).content)
+    info = probe(out)
+    assert info.codec == "flac" and info.sample_rate_hz == 16000
+
+
+def test_tenants_see_only_their_own_jobs(lane: Lane) -> None:
+    with lane.client() as acme, lane.client(OTHER_KEY) as other:
+        job_id = acme.post("/v1/jobs", json={"text": "Private words."}).json()["id"]
+        assert other.get(f"/v1/jobs/{job_id}").status_code == 404
+        assert other.get(f"/v1/jobs/{job_id}/audio").status_code == 404
+        assert other.delete(f"/v1/jobs/{job_id}").status_code == 404
+        assert job_id not in [j["id"] for j in other.get("/v1/jobs").json()["jobs"]]
+        assert job_id in [j["id"] for j in acme.get("/v1/jobs").json()["jobs"]]
+        wait_final(acme, job_id)
+
+
+def test_cancel_mid_job_stops_rendering_and_removes_parts(
+    lane: Lane, ledger: Ledger, s3: S3Storage
+) -> None:
+    text = " ".join(f"Sentence number {i} of a long chapter that goes on." for i in range(1500))
+    with lane.client() as client:
+        job_id = client.post("/v1/jobs", json={"text": text}).json()["id"]
+        wait_for(
+            lambda: client.get(f"/v1/jobs/{job_id}").json()["chunks_done"] >= 3,
+            60,
+            "a few chunks",
+        )
+        response = client.delete(f"/v1/jobs/{job_id}")
+        assert response.status_code == 200
+        assert response.json()["state"] == "cancelled"
+        committed_at_cancel = len(ledger.commit_log(job_id))
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        assert job["chunks_done"] < job["chunks_total"]
+        # No part survives (the cleanup task and any in-flight chunk remove theirs).
+        wait_for(lambda: s3.list_keys(f"acme/{job_id}/") == [], 30, "parts to be removed")
+        # A second cancel is harmless; the state never leaves cancelled.
+        assert client.delete(f"/v1/jobs/{job_id}").status_code == 200
+        assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
+        assert client.get(f"/v1/jobs/{job_id}/audio").status_code == 409
+    assert len(ledger.commit_log(job_id)) == committed_at_cancel  # nothing committed after
+
+
+class _CallbackSink(BaseHTTPRequestHandler):
+    received: list[dict[str, Any]] = []  # noqa: RUF012 - shared with the test
+    event = threading.Event()
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        type(self).received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+        type(self).event.set()
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_callback_receives_the_finished_job(lane: Lane) -> None:
+    server = HTTPServer(("127.0.0.1", 0), _CallbackSink)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/hook"
+        with lane.client() as client:
+            job_id = client.post(
+                "/v1/jobs", json={"text": "Call me back.", "callback_url": url}
+            ).json()["id"]
+            assert _CallbackSink.event.wait(60), lane.logs()
+        payload = _CallbackSink.received[-1]["job"]
+        assert payload["id"] == job_id and payload["state"] == "done"
+        assert "text" not in payload
+    finally:
+        server.shutdown()
+
+
+def test_flower_answers_with_auth_only_and_is_read_only(lane: Lane) -> None:
+    lane.flower()
+    auth = ("watcher", "flower-pass")
+
+    def workers_listed() -> dict[str, Any] | None:
+        response = httpx.get(f"{lane.flower_url}/api/workers", auth=auth, timeout=10)
+        data: dict[str, Any] = response.json() if response.status_code == 200 else {}
+        return data if {"gpu@test", "cpu@test"} <= set(data) else None
+
+    wait_for(workers_listed, 60, "Flower to list both workers")
+
+    with lane.client() as client:
+
+        def plan_task_seen() -> bool:
+            # Task events are not stored: jobs that ran before Flower's event receiver was
+            # listening are never seen. Keep submitting until one is.
+            job_id = client.post("/v1/jobs", json={"text": "Seen by Flower."}).json()["id"]
+            wait_final(client, job_id)
+            response = httpx.get(f"{lane.flower_url}/api/tasks", auth=auth, timeout=10)
+            tasks = response.json().values() if response.status_code == 200 else []
+            return any(t.get("name") == "voicelane.plan" for t in tasks)
+
+        wait_for(plan_task_seen, 60, "Flower to see the plan task")
+    tasks = httpx.get(f"{lane.flower_url}/api/tasks", auth=auth, timeout=10).json()
+    assert all("Seen by Flower" not in json.dumps(t) for t in tasks.values())  # ids only
+    assert httpx.get(f"{lane.flower_url}/api/workers", timeout=10).status_code == 401
+    wrong = httpx.get(f"{lane.flower_url}/api/workers", auth=("watcher", "nope"), timeout=10)
+    assert wrong.status_code == 401
+    shutdown = httpx.post(f"{lane.flower_url}/api/worker/shutdown/gpu@test", auth=auth, timeout=10)
+    assert shutdown.status_code == 404  # read-only: the control API is not there
+    assert lane.procs[0].alive()

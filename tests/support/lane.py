@@ -1,0 +1,186 @@
+"""Real processes of the batch lane for integration tests and benchmarks.
+
+:class:`Lane` starts ``voicelane worker`` (GPU side and CPU side), ``voicelane api`` and
+``voicelane flower`` as child processes against a given Redis and storage, waits until they
+answer, and stops (or SIGKILLs) them on request. Logs go to files in the lane's directory and
+are printed when a test fails, so a failure says what the processes did.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+from core.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEYS = "acme:acme-key-0001,other:other-key-0002"
+ACME_KEY = "acme-key-0001"
+OTHER_KEY = "other-key-0002"
+
+
+def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+@dataclass
+class Proc:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no acks — a crashed machine."""
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if not self.alive():
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def tail(self, lines: int = 40) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Lane:
+    directory: Path
+    redis_url: str
+    env_overrides: dict[str, str] = field(default_factory=dict)
+    procs: list[Proc] = field(default_factory=list)
+    api_port: int = 0
+    flower_port: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VOICELANE_")}
+        env.update(
+            {
+                "PYTHONPATH": str(ROOT),
+                "PYTHONUNBUFFERED": "1",
+                "VOICELANE_REDIS_URL": self.redis_url,
+                "VOICELANE_API_KEYS": API_KEYS,
+                "VOICELANE_LEASE_TTL_S": "3",
+                "VOICELANE_RECONCILE_INTERVAL_S": "0.5",
+                "VOICELANE_STALL_TIMEOUT_S": "15",
+                "VOICELANE_STORAGE_BACKEND": "local",
+                "VOICELANE_STORAGE_LOCAL__ROOT": str(self.directory / "storage"),
+                "VOICELANE_STORAGE_LOCAL__SECRET": "test-secret-not-for-production-0123456789",
+                "VOICELANE_FLOWER_BASIC_AUTH": "watcher:flower-pass",
+            }
+        )
+        env.update(self.env_overrides)
+        return env
+
+    def spawn(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> Proc:
+        log = self.directory / f"{name}.log"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        handle = log.open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "api.cli", *args],
+            env={**self.env, **(extra_env or {})},
+            cwd=ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc = Proc(name, process, log)
+        self.procs.append(proc)
+        return proc
+
+    def gpu_worker(self, name: str = "gpu", concurrency: int = 4) -> Proc:
+        return self.spawn(
+            name, "worker", "--concurrency", str(concurrency), "--hostname", f"{name}@test"
+        )
+
+    def cpu_worker(self, name: str = "cpu") -> Proc:
+        return self.spawn(
+            name, "worker", "--queues", "control,assemble", "--hostname", f"{name}@test"
+        )
+
+    def api(self) -> Proc:
+        self.api_port = free_port()
+        proc = self.spawn(
+            "api",
+            "api",
+            "--port",
+            str(self.api_port),
+            extra_env={
+                "VOICELANE_STORAGE_LOCAL__PUBLIC_BASE_URL": f"http://127.0.0.1:{self.api_port}"
+            },
+        )
+        wait_for(lambda: self._ready(proc), 60, "the API to be ready")
+        return proc
+
+    def flower(self) -> Proc:
+        self.flower_port = free_port()
+        proc = self.spawn("flower", "flower", "--port", str(self.flower_port))
+
+        def answers() -> bool:
+            if not proc.alive():
+                raise AssertionError(f"flower exited:\n{proc.tail()}")
+            try:
+                return httpx.get(f"{self.flower_url}/healthcheck", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(answers, 60, "Flower to answer")
+        return proc
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def flower_url(self) -> str:
+        return f"http://127.0.0.1:{self.flower_port}"
+
+    def client(self, key: str = ACME_KEY) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+
+    def _ready(self, proc: Proc) -> bool:
+        if not proc.alive():
+            raise AssertionError(f"{proc.name} exited:\n{proc.tail()}")
+        try:
+            return httpx.get(f"{self.api_url}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {p.name} -----\n{p.tail()}" for p in self.procs)
