@@ -77,6 +77,7 @@ class ApiState:
     ledger: Ledger
     storage: Storage
     enqueue: Enqueue
+    link_expiry_s: int
     voices_cache: tuple[float, frozenset[str]] | None = None
 
 
@@ -112,8 +113,9 @@ def create_app(
 
         configure(settings)
         enqueue = celery_enqueue
+    storage_settings = StorageSettings()
     if storage is None:
-        storage = open_storage(StorageSettings(), dev_mode=settings.dev_mode)
+        storage = open_storage(storage_settings, dev_mode=settings.dev_mode)
         storage.prepare()
     state = ApiState(
         settings=settings,
@@ -121,6 +123,7 @@ def create_app(
         ledger=ledger or Ledger.from_url(settings.redis_url),
         storage=storage,
         enqueue=enqueue,
+        link_expiry_s=storage_settings.link_expiry_s,
     )
     app = FastAPI(
         title="voicelane",
@@ -358,7 +361,7 @@ def _link(state: ApiState, job: Job) -> str:
     assert job.output_key is not None
     filename = f"{job.id}.{job.output_key.rsplit('.', 1)[-1]}"
     return state.storage.link(
-        job.output_key, expires_s=state.settings.link_expiry_s, filename=filename
+        job.output_key, expires_s=state.link_expiry_s, filename=filename
     )
 
 
@@ -367,7 +370,7 @@ def _job_view(state: ApiState, job: Job, *, with_link: bool = True) -> dict[str,
     view["links"] = {"self": f"/v1/jobs/{job.id}", "audio": f"/v1/jobs/{job.id}/audio"}
     if with_link and job.state is JobState.DONE and job.output_key:
         view["download_url"] = _link(state, job)
-        view["download_expires_in_s"] = state.settings.link_expiry_s
+        view["download_expires_in_s"] = state.link_expiry_s
     return view
 
 

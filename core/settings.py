@@ -86,7 +86,6 @@ class ApiSettings(LaneSettings):
     port: int = Field(8000, ge=1, le=65535)
     api_keys: str | None = None
     """``tenant:key,tenant:key``; required unless dev_mode (then ``demo:demo-key``)."""
-    link_expiry_s: int = Field(3600, ge=1, le=7 * 24 * 3600)
     max_upload_bytes: int = Field(8 * 1024 * 1024, ge=1)
     page_size_max: int = Field(100, ge=1)
 
