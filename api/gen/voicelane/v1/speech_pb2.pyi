@@ -1,0 +1,121 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SynthesizeRequest(_message.Message):
+    __slots__ = ("text", "voice", "sample_rate_hz", "request_id", "client_ts_ms", "speed", "resume_after_seq")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    RESUME_AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    voice: str
+    sample_rate_hz: int
+    request_id: str
+    client_ts_ms: int
+    speed: float
+    resume_after_seq: int
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., request_id: _Optional[str] = ..., client_ts_ms: _Optional[int] = ..., speed: _Optional[float] = ..., resume_after_seq: _Optional[int] = ...) -> None: ...
+
+class Caption(_message.Message):
+    __slots__ = ("text", "start", "end", "pts_ms", "sentence")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    PTS_MS_FIELD_NUMBER: _ClassVar[int]
+    SENTENCE_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    start: int
+    end: int
+    pts_ms: int
+    sentence: int
+    def __init__(self, text: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., pts_ms: _Optional[int] = ..., sentence: _Optional[int] = ...) -> None: ...
+
+class AudioChunk(_message.Message):
+    __slots__ = ("request_id", "seq", "opus_packets", "pts_ms", "sample_rate_hz", "server_ts_ms", "client_ts_ms", "final", "captions")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    OPUS_PACKETS_FIELD_NUMBER: _ClassVar[int]
+    PTS_MS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    CAPTIONS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    seq: int
+    opus_packets: _containers.RepeatedScalarFieldContainer[bytes]
+    pts_ms: int
+    sample_rate_hz: int
+    server_ts_ms: int
+    client_ts_ms: int
+    final: bool
+    captions: _containers.RepeatedCompositeFieldContainer[Caption]
+    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., opus_packets: _Optional[_Iterable[bytes]] = ..., pts_ms: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., server_ts_ms: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., final: _Optional[bool] = ..., captions: _Optional[_Iterable[_Union[Caption, _Mapping]]] = ...) -> None: ...
+
+class ConverseStart(_message.Message):
+    __slots__ = ("voice", "sample_rate_hz", "speed", "client_ts_ms")
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    voice: str
+    sample_rate_hz: int
+    speed: float
+    client_ts_ms: int
+    def __init__(self, voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., speed: _Optional[float] = ..., client_ts_ms: _Optional[int] = ...) -> None: ...
+
+class Flush(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class End(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConverseRequest(_message.Message):
+    __slots__ = ("start", "text_delta", "flush", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: ConverseStart
+    text_delta: str
+    flush: Flush
+    end: End
+    def __init__(self, start: _Optional[_Union[ConverseStart, _Mapping]] = ..., text_delta: _Optional[str] = ..., flush: _Optional[_Union[Flush, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ...) -> None: ...
+
+class ConverseResponse(_message.Message):
+    __slots__ = ("audio",)
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    audio: AudioChunk
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ...) -> None: ...
+
+class ListVoicesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Voice(_message.Message):
+    __slots__ = ("id", "name", "languages")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    languages: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListVoicesResponse(_message.Message):
+    __slots__ = ("engine", "voices")
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    VOICES_FIELD_NUMBER: _ClassVar[int]
+    engine: str
+    voices: _containers.RepeatedCompositeFieldContainer[Voice]
+    def __init__(self, engine: _Optional[str] = ..., voices: _Optional[_Iterable[_Union[Voice, _Mapping]]] = ...) -> None: ...
