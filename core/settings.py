@@ -6,8 +6,13 @@ Nested fields use ``__``: ``VOICELANE_BATCHER__MAX_BATCH=32``. Every field is do
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from core.lane import LaneTimings
 
 
 class BatcherSettings(BaseModel):
@@ -18,6 +23,43 @@ class BatcherSettings(BaseModel):
     max_wait_realtime_s: float = Field(0.005, ge=0)
     max_wait_batch_s: float = Field(0.030, ge=0)
     grow_after_successes: int = Field(8, ge=1)
+
+
+class RealtimeSettings(BaseModel):
+    """The real-time lane's timings, shared by fronts and workers (``VOICELANE_REALTIME__*``)."""
+
+    heartbeat_ttl_s: float = Field(3.0, gt=0)
+    """A session heartbeat lapses this long after its worker stopped refreshing it."""
+    reclaim_idle_s: float = Field(3.0, gt=0)
+    """A request unrefreshed this long is taken over by another worker."""
+    worker_ttl_s: float = Field(3.0, gt=0)
+    """A worker's capacity report counts for this long."""
+    output_ttl_s: float = Field(120.0, gt=0)
+    """Output streams (and so resume) live this long after their last write."""
+    claim_timeout_s: float = Field(4.0, gt=0)
+    """A front ends a stream with UNAVAILABLE when no worker picked it up within this."""
+    unavailable_after_s: float = Field(4.0, gt=0)
+    """...or when its worker's heartbeat has lapsed this long and nobody took over."""
+    slots_per_worker: int = Field(32, ge=1)
+    """Concurrent real-time sessions a GPU worker serves."""
+    lookahead_s: float = Field(3.0, ge=0)
+    """Workers submit the next sentence while less than this much audio is ahead of
+    playback: real-time work stays just ahead of the listener, leaving the GPU to batch work."""
+    frames_per_chunk: int = Field(5, ge=1)
+    """Opus packets (20 ms each) per AudioChunk message, once the first chunk is out."""
+    opus_bitrate_bps: int = Field(32000, ge=6000, le=510000)
+    default_deadline_s: float = Field(300.0, gt=0)
+    """Deadline of a stream whose client set none."""
+
+    def timings(self) -> LaneTimings:
+        from core.lane import LaneTimings
+
+        return LaneTimings(
+            heartbeat_ttl_s=self.heartbeat_ttl_s,
+            reclaim_idle_s=self.reclaim_idle_s,
+            worker_ttl_s=self.worker_ttl_s,
+            output_ttl_s=self.output_ttl_s,
+        )
 
 
 class EmbeddedSettings(BaseSettings):
@@ -77,6 +119,9 @@ class WorkerSettings(LaneSettings):
     """Celery threads: chunks rendered at once, all feeding the one batcher."""
     queues: str = "render"
     batcher: BatcherSettings = Field(default_factory=BatcherSettings)
+    realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
+    realtime_enabled: bool = True
+    """A render worker also serves the real-time lane (its stream requests)."""
 
 
 class ApiSettings(LaneSettings):
@@ -97,3 +142,20 @@ class FlowerSettings(LaneSettings):
     flower_port: int = Field(5555, ge=1, le=65535)
     flower_basic_auth: str | None = None
     """``user:password``; required unless dev_mode (then ``admin:admin``)."""
+
+
+class GrpcSettings(LaneSettings):
+    """``voicelane grpc``: the thin gRPC front of the real-time lane."""
+
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = Field(50051, ge=1, le=65535)
+    api_keys: str | None = None
+    """The same ``tenant:key,...`` as the REST API; required unless dev_mode."""
+    max_stream_text_chars: int = Field(20_000, ge=1)
+    """Longest text one stream may speak (Synthesize) or receive in total (Converse)."""
+    max_message_bytes: int = Field(1024 * 1024, ge=1024)
+    max_concurrent_rpcs: int = Field(1000, ge=1)
+    keepalive_time_s: float = Field(30.0, gt=0)
+    keepalive_timeout_s: float = Field(10.0, gt=0)
+    shutdown_grace_s: float = Field(5.0, ge=0)
+    realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)

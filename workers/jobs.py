@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
@@ -32,6 +33,9 @@ from core.storage import Storage
 from core.text import Segment, contains_cjk, split_sentences
 from workers.batcher import Batcher, Priority
 from workers.celery_app import ASSEMBLE_TASK, CLEANUP_TASK, NOTIFY_TASK, RENDER_CHUNK_TASK
+
+if TYPE_CHECKING:
+    from workers.realtime import RealtimeConsumer
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class LaneContext:
     enqueue: Enqueue
     batcher: Batcher | None = None
     leases: LeaseKeeper | None = None
+    realtime: RealtimeConsumer | None = None
 
 
 # ---------------------------------------------------------------------------- keys

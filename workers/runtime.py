@@ -58,6 +58,12 @@ def build_context(settings: WorkerSettings, *, with_engine: bool, name: str) -> 
         ctx.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
         voices = [v.id for v in engine.voices()]
         ledger.redis.set(VOICES_KEY.format(engine=engine.name), json.dumps(voices))
+        if settings.realtime_enabled:
+            from core.lane import LaneWorker
+            from workers.realtime import RealtimeConsumer
+
+            lane = LaneWorker.from_url(settings.redis_url, name, settings.realtime.timings())
+            ctx.realtime = RealtimeConsumer(ctx.batcher, lane, settings.realtime).start()
     return ctx
 
 
@@ -93,6 +99,8 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     finally:
         if reconciler is not None:
             reconciler.close()
+        if ctx.realtime is not None:
+            ctx.realtime.close()
         if ctx.leases is not None:
             ctx.leases.close()
         if ctx.batcher is not None:

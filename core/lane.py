@@ -1,0 +1,479 @@
+"""The real-time lane over Redis Streams: the contract between the fronts and the workers.
+
+Keys (prefix ``vl:rt:``):
+
+* ``requests`` — stream of stream requests; consumer group ``workers`` (GPU workers);
+* ``in:{id}`` — the request's text, in pieces: ``text`` deltas, ``flush``, ``end``;
+* ``out:{id}`` — what goes back: ``audio`` (20 ms Opus packets with ``seq`` and ``pts_ms``),
+  ``caption`` (a sentence's text span and its ``pts_ms``), ``end``, ``error``; capped with
+  MAXLEN and expiring ``output_ttl_s`` after the last write;
+* ``cancel:{id}`` — the cancel mark, set by a front when its client leaves;
+* ``hb:{id}`` — the session heartbeat: the worker serving the request refreshes it; a front
+  that sees it lapse (and nobody take over) ends the stream with UNAVAILABLE;
+* ``workers`` — hash: worker → ``{"free": slots, "ts": unix seconds}``, for admission control.
+
+Delivery: a worker reads new requests with XREADGROUP, keeps their entries pending while it
+serves them, and refreshes their idle time (XCLAIM JUSTID) as a heartbeat. Another worker
+takes over entries idle longer than ``reclaim_idle_s`` (XAUTOCLAIM) — the first one died — and
+continues after the last sentence that was completely sent: the client may see a gap, never
+a duplicate or reordered ``seq``. The request stream is trimmed by MINID below the oldest
+pending entry, never by MAXLEN, so trimming cannot drop work in progress.
+
+The fronts use :class:`LaneClient` (asyncio); the workers use :class:`LaneWorker` (threads).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis
+import redis.asyncio as aredis
+
+PREFIX = "vl:rt:"
+REQUESTS = f"{PREFIX}requests"
+GROUP = "workers"
+WORKERS = f"{PREFIX}workers"
+
+OUTPUT_MAXLEN = 100_000
+"""Output entries kept per request (an entry holds up to a few hundred ms of audio)."""
+
+
+def input_key(request_id: str) -> str:
+    return f"{PREFIX}in:{request_id}"
+
+
+def output_key(request_id: str) -> str:
+    return f"{PREFIX}out:{request_id}"
+
+
+def cancel_key(request_id: str) -> str:
+    return f"{PREFIX}cancel:{request_id}"
+
+
+def heartbeat_key(request_id: str) -> str:
+    return f"{PREFIX}hb:{request_id}"
+
+
+def owner_key(request_id: str) -> str:
+    return f"{PREFIX}owner:{request_id}"
+
+
+# Append to a request's output only while this worker owns the request: a worker that was
+# presumed dead and taken over (a long pause, not a crash) can never interleave its output
+# with its successor's.
+_APPEND_IF_OWNER = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[3] * 1000)
+return 1
+"""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Mode(enum.StrEnum):
+    SYNTHESIZE = "synthesize"
+    CONVERSE = "converse"
+
+
+class InputKind(enum.StrEnum):
+    TEXT = "text"
+    FLUSH = "flush"
+    END = "end"
+
+
+class EventKind(enum.StrEnum):
+    AUDIO = "audio"
+    CAPTION = "caption"
+    END = "end"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequest:
+    request_id: str
+    tenant: str
+    voice: str
+    sample_rate_hz: int
+    deadline_ms: int
+    """Absolute (unix ms): workers drop the request once it has passed."""
+    mode: Mode = Mode.SYNTHESIZE
+    speed: float = 1.0
+    client_ts_ms: int = 0
+    submitted_ms: int = field(default_factory=now_ms)
+
+    def to_fields(self) -> dict[str, str]:
+        return {
+            "request_id": self.request_id,
+            "tenant": self.tenant,
+            "voice": self.voice,
+            "sample_rate_hz": str(self.sample_rate_hz),
+            "deadline_ms": str(self.deadline_ms),
+            "mode": self.mode.value,
+            "speed": repr(self.speed),
+            "client_ts_ms": str(self.client_ts_ms),
+            "submitted_ms": str(self.submitted_ms),
+        }
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[bytes, bytes]) -> StreamRequest:
+        f = {k.decode(): v.decode() for k, v in raw.items()}
+        return cls(
+            request_id=f["request_id"],
+            tenant=f["tenant"],
+            voice=f["voice"],
+            sample_rate_hz=int(f["sample_rate_hz"]),
+            deadline_ms=int(f["deadline_ms"]),
+            mode=Mode(f.get("mode", Mode.SYNTHESIZE.value)),
+            speed=float(f.get("speed", "1.0")),
+            client_ts_ms=int(f.get("client_ts_ms", "0")),
+            submitted_ms=int(f.get("submitted_ms", "0")),
+        )
+
+    @property
+    def expired(self) -> bool:
+        return now_ms() >= self.deadline_ms
+
+
+@dataclass(frozen=True, slots=True)
+class InputPiece:
+    kind: InputKind
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputEvent:
+    """One entry of a request's output stream."""
+
+    kind: EventKind
+    seq: int = 0
+    """Audio: contiguous from 0 per request. Other kinds: the seq of the next audio entry."""
+    packets: tuple[bytes, ...] = ()
+    pts_ms: int = 0
+    sample_rate_hz: int = 0
+    server_ts_ms: int = 0
+    client_ts_ms: int = 0
+    sentence: int = -1
+    """Which sentence (0-based) this belongs to; -1 when none."""
+    text: str = ""
+    """Caption text, or the error message."""
+    start: int = 0
+    end: int = 0
+    """Caption: the sentence's character span in the request's text."""
+    code: str = ""
+    """Error: the gRPC status name (``UNAVAILABLE``, ``INVALID_ARGUMENT``...)."""
+
+    def to_fields(self) -> dict[str, bytes | str]:
+        fields: dict[str, bytes | str] = {"kind": self.kind.value, "seq": str(self.seq)}
+        if self.kind is EventKind.AUDIO:
+            fields.update(
+                packets=pack_packets(self.packets),
+                pts_ms=str(self.pts_ms),
+                sample_rate_hz=str(self.sample_rate_hz),
+                server_ts_ms=str(self.server_ts_ms),
+                client_ts_ms=str(self.client_ts_ms),
+                sentence=str(self.sentence),
+            )
+        elif self.kind is EventKind.CAPTION:
+            fields.update(
+                text=self.text,
+                start=str(self.start),
+                end=str(self.end),
+                pts_ms=str(self.pts_ms),
+                sentence=str(self.sentence),
+            )
+        elif self.kind is EventKind.END:
+            fields.update(pts_ms=str(self.pts_ms), sentence=str(self.sentence))
+        else:
+            fields.update(code=self.code, text=self.text)
+        return fields
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[bytes, bytes]) -> OutputEvent:
+        def num(name: str, default: int = 0) -> int:
+            value = raw.get(name.encode())
+            return int(value) if value is not None else default
+
+        def text(name: str) -> str:
+            value = raw.get(name.encode())
+            return value.decode() if value is not None else ""
+
+        kind = EventKind(text("kind"))
+        packets = raw.get(b"packets")
+        return cls(
+            kind=kind,
+            seq=num("seq"),
+            packets=unpack_packets(packets) if packets else (),
+            pts_ms=num("pts_ms"),
+            sample_rate_hz=num("sample_rate_hz"),
+            server_ts_ms=num("server_ts_ms"),
+            client_ts_ms=num("client_ts_ms"),
+            sentence=num("sentence", -1),
+            text=text("text"),
+            start=num("start"),
+            end=num("end"),
+            code=text("code"),
+        )
+
+
+def pack_packets(packets: Sequence[bytes]) -> bytes:
+    """Opus packets, each behind a 2-byte big-endian length (packets are < 1,500 bytes)."""
+    return b"".join(struct.pack(">H", len(p)) + p for p in packets)
+
+
+def unpack_packets(data: bytes) -> tuple[bytes, ...]:
+    packets: list[bytes] = []
+    offset = 0
+    while offset < len(data):
+        (length,) = struct.unpack_from(">H", data, offset)
+        offset += 2
+        packets.append(data[offset : offset + length])
+        offset += length
+    return tuple(packets)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneTimings:
+    heartbeat_ttl_s: float = 3.0
+    """A session heartbeat lapses this long after its worker stopped refreshing it."""
+    reclaim_idle_s: float = 3.0
+    """Requests pending this long without a heartbeat are taken over by another worker."""
+    worker_ttl_s: float = 3.0
+    """A worker's capacity report is trusted for this long."""
+    output_ttl_s: float = 120.0
+    """Output streams expire this long after their last write (resume window)."""
+    cancel_ttl_s: float = 300.0
+
+
+def _parse_stream_reply(reply: Any) -> list[tuple[str, dict[bytes, bytes]]]:
+    """XREAD/XREADGROUP reply of one stream → [(entry id, fields)]."""
+    if not reply:
+        return []
+    _, entries = reply[0]
+    return [(entry_id.decode(), fields) for entry_id, fields in entries if fields is not None]
+
+
+# ------------------------------------------------------------------------ fronts (asyncio)
+
+
+class LaneClient:
+    """What a front does with the lane: submit, feed text, read output, cancel, admit."""
+
+    def __init__(self, client: aredis.Redis, timings: LaneTimings | None = None) -> None:
+        self.redis = client
+        self.timings = timings or LaneTimings()
+
+    @classmethod
+    def from_url(cls, url: str, timings: LaneTimings | None = None) -> LaneClient:
+        return cls(aredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), timings)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    async def submit(self, request: StreamRequest, text: str | None = None) -> None:
+        """Queue the request; with ``text`` (Synthesize) its whole input goes in at once."""
+        pipe = self.redis.pipeline(transaction=True)
+        key = input_key(request.request_id)
+        if text is not None:
+            pipe.xadd(key, {"kind": InputKind.TEXT.value, "text": text})
+            pipe.xadd(key, {"kind": InputKind.END.value})
+        pipe.expire(key, int(self.timings.output_ttl_s) + 60)
+        pipe.xadd(REQUESTS, cast(Any, request.to_fields()))
+        await pipe.execute()
+
+    async def send_input(self, request_id: str, piece: InputPiece) -> None:
+        fields: dict[str, str] = {"kind": piece.kind.value}
+        if piece.text:
+            fields["text"] = piece.text
+        await self.redis.xadd(input_key(request_id), cast(Any, fields))
+
+    async def read_output(
+        self, request_id: str, after_id: str, block_ms: int
+    ) -> list[tuple[str, OutputEvent]]:
+        reply = await self.redis.xread({output_key(request_id): after_id}, count=64, block=block_ms)
+        return [(i, OutputEvent.from_fields(f)) for i, f in _parse_stream_reply(reply)]
+
+    async def cancel(self, request_id: str) -> None:
+        await self.redis.set(cancel_key(request_id), "1", ex=int(self.timings.cancel_ttl_s))
+
+    async def heartbeat_alive(self, request_id: str) -> bool:
+        return bool(await self.redis.exists(heartbeat_key(request_id)))
+
+    async def capacity(self) -> int:
+        """Free real-time slots of live workers minus requests not yet picked up."""
+        raw = cast(dict[bytes, bytes], await self.redis.hgetall(WORKERS))
+        fresh_after = time.time() - self.timings.worker_ttl_s
+        free = 0
+        for value in raw.values():
+            report = json.loads(value)
+            if report["ts"] >= fresh_after:
+                free += int(report["free"])
+        return free - await self._backlog()
+
+    async def _backlog(self) -> int:
+        try:
+            groups = await self.redis.xinfo_groups(REQUESTS)
+        except redis.ResponseError:
+            return 0
+        for group in groups:
+            name = group.get("name")
+            if name in (GROUP, GROUP.encode()):
+                lag = group.get("lag")
+                return int(lag) if lag is not None else 0
+        return 0
+
+
+# ------------------------------------------------------------------------ workers (threads)
+
+
+class LaneWorker:
+    """What a GPU worker does with the lane: claim, heartbeat, read input, write output."""
+
+    def __init__(
+        self, client: redis.Redis, consumer: str, timings: LaneTimings | None = None
+    ) -> None:
+        self.redis = client
+        self.consumer = consumer
+        self.timings = timings or LaneTimings()
+        self._append = client.register_script(_APPEND_IF_OWNER)
+
+    @classmethod
+    def from_url(cls, url: str, consumer: str, timings: LaneTimings | None = None) -> LaneWorker:
+        return cls(
+            redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5),
+            consumer,
+            timings,
+        )
+
+    def ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(REQUESTS, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as error:
+            if "BUSYGROUP" not in str(error):
+                raise
+
+    def claim_new(self, count: int, block_ms: int) -> list[tuple[str, StreamRequest]]:
+        reply = self.redis.xreadgroup(
+            GROUP, self.consumer, {REQUESTS: ">"}, count=count, block=block_ms
+        )
+        return [(i, StreamRequest.from_fields(f)) for i, f in _parse_stream_reply(reply)]
+
+    def claim_abandoned(self, count: int) -> list[tuple[str, StreamRequest]]:
+        """Requests whose worker stopped refreshing them (died): take them over."""
+        min_idle_ms = int(self.timings.reclaim_idle_s * 1000)
+        reply = self.redis.xautoclaim(
+            REQUESTS, GROUP, self.consumer, min_idle_ms, start_id="0-0", count=count
+        )
+        entries = reply[1] if len(reply) > 1 else []
+        claimed = []
+        for entry_id, fields in entries:
+            if fields is None:  # deleted meanwhile
+                self.redis.xack(REQUESTS, GROUP, entry_id)
+                continue
+            claimed.append((entry_id.decode(), StreamRequest.from_fields(fields)))
+        return claimed
+
+    def refresh(self, entry_ids: Sequence[str]) -> None:
+        """Heartbeat: reset the idle time of the requests this worker is serving."""
+        if entry_ids:
+            self.redis.xclaim(REQUESTS, GROUP, self.consumer, 0, list(entry_ids), justid=True)
+
+    def session_heartbeat(self, request_id: str) -> None:
+        ttl_ms = int(self.timings.heartbeat_ttl_s * 1000)
+        self.redis.set(heartbeat_key(request_id), self.consumer, px=ttl_ms)
+
+    def read_input(
+        self, request_id: str, after_id: str, block_ms: int
+    ) -> list[tuple[str, InputPiece]]:
+        reply = self.redis.xread({input_key(request_id): after_id}, count=256, block=block_ms)
+        pieces = []
+        for entry_id, fields in _parse_stream_reply(reply):
+            kind = InputKind(fields[b"kind"].decode())
+            text = fields.get(b"text", b"").decode()
+            pieces.append((entry_id, InputPiece(kind, text)))
+        return pieces
+
+    def take_ownership(self, request_id: str) -> None:
+        """From now on only this worker may write the request's output."""
+        self.redis.set(owner_key(request_id), self.consumer, ex=int(self.timings.output_ttl_s))
+
+    def append_output(self, request_id: str, event: OutputEvent) -> bool:
+        """Append an event; False if another worker owns the request now (stop serving it)."""
+        flat: list[bytes | str] = []
+        for name, value in event.to_fields().items():
+            flat += [name, value]
+        return bool(
+            self._append(
+                keys=[owner_key(request_id), output_key(request_id)],
+                args=[self.consumer, OUTPUT_MAXLEN, int(self.timings.output_ttl_s), *flat],
+            )
+        )
+
+    def last_output(self, request_id: str) -> OutputEvent | None:
+        entries = cast(list[Any], self.redis.xrevrange(output_key(request_id), count=1))
+        return OutputEvent.from_fields(entries[0][1]) if entries else None
+
+    def output_events(self, request_id: str) -> list[OutputEvent]:
+        entries = cast(list[Any], self.redis.xrange(output_key(request_id)))
+        return [OutputEvent.from_fields(fields) for _, fields in entries]
+
+    def cancelled(self, request_id: str) -> bool:
+        return bool(self.redis.exists(cancel_key(request_id)))
+
+    def finish(self, entry_id: str, request_id: str) -> None:
+        """Ack the request, drop its session keys, and trim what no one needs any more."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xack(REQUESTS, GROUP, entry_id)
+        pipe.delete(heartbeat_key(request_id), input_key(request_id))
+        pipe.execute()
+        self.trim()
+
+    def trim(self) -> None:
+        """Trim the request stream below the oldest pending entry (never pending work)."""
+        summary = self.redis.xpending(REQUESTS, GROUP)
+        oldest = summary.get("min")
+        if oldest is None:
+            info = self.redis.xinfo_groups(REQUESTS)
+            last = next(
+                (
+                    g.get("last-delivered-id")
+                    for g in info
+                    if g.get("name") in (GROUP, GROUP.encode())
+                ),
+                None,
+            )
+            if last is None:
+                return
+            # Nothing pending: everything up to the last delivered entry is done.
+            oldest = _next_id(last.decode() if isinstance(last, bytes) else str(last))
+        else:
+            oldest = oldest.decode() if isinstance(oldest, bytes) else str(oldest)
+        self.redis.xtrim(REQUESTS, minid=oldest, approximate=False)
+
+    def report_capacity(self, free_slots: int) -> None:
+        report = json.dumps({"free": free_slots, "ts": time.time()})
+        self.redis.hset(WORKERS, self.consumer, report)
+
+    def withdraw(self) -> None:
+        self.redis.hdel(WORKERS, self.consumer)
+
+
+def _next_id(entry_id: str) -> str:
+    ms, _, seq = entry_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"

@@ -1,0 +1,299 @@
+"""The worker's real-time consumer on a real redis-server: sessions, sentences, Opus output,
+cancel, deadlines, takeover of a dead worker's request, and the request stream's trimming."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+import redis
+
+from core.audio import OpusStreamDecoder
+from core.lane import (
+    GROUP,
+    REQUESTS,
+    EventKind,
+    InputKind,
+    InputPiece,
+    LaneClient,
+    LaneWorker,
+    Mode,
+    OutputEvent,
+    StreamRequest,
+    cancel_key,
+    new_request_id,
+    now_ms,
+    output_key,
+)
+from core.settings import RealtimeSettings
+from tests.support.engines import RecordingEngine
+from tests.support.lane import wait_for
+from workers.batcher import Batcher
+from workers.engines import Utterance
+from workers.engines.espeak import EspeakEngine
+from workers.realtime import RealtimeConsumer, SentenceCutter
+
+pytestmark = pytest.mark.integration
+
+SETTINGS = RealtimeSettings(
+    lookahead_s=1000, heartbeat_ttl_s=1.0, reclaim_idle_s=1.0, worker_ttl_s=2.0
+)
+TEXT = "Hello there. This is a streamed paragraph. 你好，世界。Goodbye now."
+
+
+def request(mode: Mode = Mode.SYNTHESIZE, deadline_s: float = 30.0, **kw: object) -> StreamRequest:
+    return StreamRequest(
+        request_id=new_request_id(),
+        tenant="acme",
+        voice=str(kw.get("voice", "auto")),
+        sample_rate_hz=int(kw.get("rate", 24000)),  # type: ignore[call-overload]
+        deadline_ms=now_ms() + int(deadline_s * 1000),
+        mode=mode,
+        client_ts_ms=12345,
+    )
+
+
+def submit(url: str, req: StreamRequest, text: str | None = TEXT) -> None:
+    async def go() -> None:
+        client = LaneClient.from_url(url)
+        await client.submit(req, text)
+        await client.close()
+
+    asyncio.run(go())
+
+
+def events(url: str, request_id: str, timeout_s: float = 30.0) -> list[OutputEvent]:
+    """Everything written to the request's output stream, once it ended."""
+    client = redis.Redis.from_url(url)
+
+    def ended() -> list[OutputEvent] | None:
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(output_key(request_id))  # type: ignore[assignment]
+        got = [OutputEvent.from_fields(f) for _, f in entries]
+        return got if got and got[-1].kind in (EventKind.END, EventKind.ERROR) else None
+
+    try:
+        return wait_for(ended, timeout_s, "the stream to end")
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def espeak_consumer(redis_url: str) -> Iterator[RealtimeConsumer]:
+    batcher = Batcher(EspeakEngine()).start()
+    lane = LaneWorker.from_url(redis_url, "w1@test", SETTINGS.timings())
+    consumer = RealtimeConsumer(batcher, lane, SETTINGS).start()
+    yield consumer
+    consumer.close()
+    batcher.close()
+
+
+def audio_of(got: Sequence[OutputEvent]) -> list[OutputEvent]:
+    return [e for e in got if e.kind is EventKind.AUDIO]
+
+
+def test_sentence_cutter_waits_for_complete_sentences() -> None:
+    text = "Hello there. How are you? Fine."
+    cutter = SentenceCutter()
+    assert cutter.feed("Hello th") == []
+    assert [s.text for s, _ in cutter.feed("ere. How")] == ["Hello there."]
+    assert [s.text for s, _ in cutter.feed(" are you? Fi")] == ["How are you?"]
+    assert cutter.feed("ne.") == []  # the last sentence may still grow
+    ((last, base),) = cutter.flush()
+    assert last.text == "Fine." and text[base + last.start : base + last.end] == "Fine."
+    assert cutter.flush() == []
+
+
+def test_a_stream_arrives_in_order_and_decodes_to_the_texts_audio(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    req = request()
+    submit(redis_url, req)
+    got = events(redis_url, req.request_id)
+    audio = audio_of(got)
+    assert [e.seq for e in audio] == list(range(len(audio)))
+    assert len(audio[0].packets) == 1  # the first packet goes out alone
+    assert got[-1].kind is EventKind.END and got[-1].seq == len(audio)
+    assert all(e.client_ts_ms == 12345 and e.sample_rate_hz == 24000 for e in audio)
+    # pts are contiguous: each chunk starts where the previous one ended.
+    for before, after in itertools.pairwise(audio):
+        assert after.pts_ms == before.pts_ms + 20 * len(before.packets)
+    captions = [e for e in got if e.kind is EventKind.CAPTION]
+    assert [c.text for c in captions] == [
+        "Hello there.",
+        "This is a streamed paragraph.",
+        "你好，世界。",
+        "Goodbye now.",
+    ]
+    assert [TEXT[c.start : c.end] for c in captions] == [c.text for c in captions]
+    pcm = OpusStreamDecoder(24000).decode_all([p for e in audio for p in e.packets])
+    # The same sentences rendered directly by the engine, at 24 kHz.
+    engine = EspeakEngine()
+    direct_s = sum(
+        len(engine.synthesize([Utterance(c.text, "auto")])[0]) / engine.sample_rate_hz
+        for c in captions
+    )
+    assert len(pcm) / 24000 == pytest.approx(direct_s, rel=0.05)
+    assert float(np.sqrt(np.mean(pcm**2))) > 0.01
+
+
+def test_converse_speaks_sentences_as_the_text_arrives(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    req = request(Mode.CONVERSE)
+
+    async def go() -> list[OutputEvent]:
+        client = LaneClient.from_url(redis_url)
+        await client.submit(req)
+        await client.send_input(req.request_id, InputPiece(InputKind.TEXT, "First sentence. Sec"))
+        first: list[OutputEvent] = []
+        after = "0"
+        while not any(e.kind is EventKind.AUDIO for e in first):  # before the rest is sent
+            for entry_id, event in await client.read_output(req.request_id, after, 1000):
+                after = entry_id
+                first.append(event)
+        await client.send_input(req.request_id, InputPiece(InputKind.TEXT, "ond one"))
+        await client.send_input(req.request_id, InputPiece(InputKind.FLUSH))
+        await client.send_input(req.request_id, InputPiece(InputKind.END))
+        await client.close()
+        return first
+
+    first = asyncio.run(go())
+    assert first[0].kind is EventKind.CAPTION and first[0].text == "First sentence."
+    got = events(redis_url, req.request_id)
+    captions = [e.text for e in got if e.kind is EventKind.CAPTION]
+    assert captions == ["First sentence.", "Second one"]
+    audio = audio_of(got)
+    assert [e.seq for e in audio] == list(range(len(audio)))
+
+
+def test_unknown_voice_is_an_invalid_argument_event(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    req = request(voice="klingon")
+    submit(redis_url, req)
+    (error,) = events(redis_url, req.request_id)
+    assert error.kind is EventKind.ERROR and error.code == "INVALID_ARGUMENT"
+    assert "klingon" in error.text
+
+
+def test_an_expired_request_never_reaches_a_batch(redis_url: str) -> None:
+    engine = RecordingEngine(voices=("auto",))
+    batcher = Batcher(engine).start()
+    consumer = RealtimeConsumer(
+        batcher, LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings()), SETTINGS
+    ).start()
+    try:
+        req = request(deadline_s=-1)
+        submit(redis_url, req)
+        (error,) = events(redis_url, req.request_id)
+        assert error.code == "DEADLINE_EXCEEDED"
+        assert engine.batches == []
+    finally:
+        consumer.close()
+        batcher.close()
+
+
+def test_cancel_mark_stops_the_engine_within_one_step(redis_url: str) -> None:
+    engine = RecordingEngine(voices=("auto",), stream_chunks=400)
+    engine.gate_from_step = 1
+    engine.hold()  # step 0 runs, then the engine waits at the gate
+    batcher = Batcher(engine).start()
+    consumer = RealtimeConsumer(
+        batcher, LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings()), SETTINGS
+    ).start()
+    try:
+        req = request()
+        submit(redis_url, req, "A long sentence that streams in many small steps." * 20)
+        assert engine.entered.wait(10)
+        redis.Redis.from_url(redis_url).set(cancel_key(req.request_id), "1")
+        wait_for(lambda: consumer.free_slots == SETTINGS.slots_per_worker, 10, "session end")
+        engine.release()
+        assert engine.stream_closed.wait(10)
+        assert engine.steps_run <= 2  # of 400
+    finally:
+        engine.release()
+        consumer.close()
+        batcher.close()
+
+
+def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    espeak_consumer.close()  # start with no live consumer
+    dead = LaneWorker.from_url(redis_url, "dead@test", SETTINGS.timings())
+    dead.ensure_group()
+    req = request()
+    submit(redis_url, req)
+    ((entry_id, claimed),) = dead.claim_new(1, 1000)
+    assert claimed.request_id == req.request_id
+    dead.take_ownership(req.request_id)
+    # The dead worker had sent sentence 0's caption and two audio chunks, then died.
+    dead.append_output(
+        req.request_id, OutputEvent(EventKind.CAPTION, seq=0, text="Hello there.", sentence=0)
+    )
+    for seq in range(2):
+        packet = b"\xf8\xff\xfe"  # a valid 20 ms Opus packet (silence)
+        dead.append_output(
+            req.request_id,
+            OutputEvent(EventKind.AUDIO, seq=seq, packets=(packet,), pts_ms=20 * seq, sentence=0),
+        )
+    batcher = Batcher(EspeakEngine()).start()
+    survivor = RealtimeConsumer(
+        batcher, LaneWorker.from_url(redis_url, "w2@test", SETTINGS.timings()), SETTINGS
+    ).start()
+    try:
+        got = events(redis_url, req.request_id, timeout_s=30)
+        audio = audio_of(got)
+        assert [e.seq for e in audio] == list(range(len(audio)))  # no duplicate, no hole
+        captions = [e.text for e in got if e.kind is EventKind.CAPTION]
+        assert captions[0] == "Hello there." and "Hello there." not in captions[1:]  # a gap
+        assert got[-1].kind is EventKind.END
+        assert audio[2].pts_ms == 40  # continues the timeline
+        # The "dead" worker wakes up: it can no longer write.
+        assert not dead.append_output(req.request_id, OutputEvent(EventKind.AUDIO, seq=99))
+        assert entry_id  # acknowledged by the survivor:
+        wait_for(
+            lambda: redis.Redis.from_url(redis_url).xpending(REQUESTS, GROUP)["pending"] == 0,
+            10,
+            "the request to be acknowledged",
+        )
+    finally:
+        survivor.close()
+        batcher.close()
+
+
+def test_trimming_keeps_pending_requests(redis_url: str) -> None:
+    lane = LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings())
+    lane.ensure_group()
+    reqs = [request() for _ in range(3)]
+    for req in reqs:
+        submit(redis_url, req)
+    claimed = lane.claim_new(3, 1000)
+    lane.finish(claimed[0][0], claimed[0][1].request_id)
+    client = redis.Redis.from_url(redis_url)
+    remaining = [e[0].decode() for e in client.xrange(REQUESTS)]  # type: ignore[union-attr]
+    assert remaining == [claimed[1][0], claimed[2][0]]  # done one trimmed, pending kept
+    lane.finish(claimed[2][0], claimed[2][1].request_id)
+    remaining = [e[0].decode() for e in client.xrange(REQUESTS)]  # type: ignore[union-attr]
+    assert remaining == [claimed[1][0], claimed[2][0]]  # never past the oldest pending
+    lane.finish(claimed[1][0], claimed[1][1].request_id)
+    assert client.xlen(REQUESTS) == 0
+
+
+def test_capacity_is_reported_and_expires(redis_url: str) -> None:
+    lane = LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings())
+    lane.report_capacity(5)
+
+    async def capacity() -> int:
+        client = LaneClient.from_url(redis_url, SETTINGS.timings())
+        try:
+            return await client.capacity()
+        finally:
+            await client.close()
+
+    assert asyncio.run(capacity()) == 5
+    lane.withdraw()
+    assert asyncio.run(capacity()) == 0

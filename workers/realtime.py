@@ -1,0 +1,432 @@
+"""The real-time consumer: serves the lane's stream requests inside a GPU worker process.
+
+It shares the worker's one batcher with the batch lane and submits at ``realtime``
+priority, so a live voice never waits behind a book. One thread claims requests from the
+Redis stream (new ones with XREADGROUP, abandoned ones with XAUTOCLAIM), refreshes the
+heartbeats of the sessions it serves and reports free slots for the fronts' admission
+control; each session runs in its own thread:
+
+1. drop it if its deadline passed (it never reaches a batch) or the voice is unknown;
+2. read its text as it arrives and cut it into sentences (``core.text``), sentence by
+   sentence as they complete (Converse) or all at once (Synthesize);
+3. submit the next sentence to the batcher only while less than ``lookahead_s`` of audio
+   is ahead of playback — real-time work stays just ahead of the listener;
+4. resample, encode 20 ms Opus packets, append them to the request's output stream with
+   contiguous ``seq`` and ``pts_ms`` (the first packet goes out alone, then
+   ``frames_per_chunk`` per entry), a caption before each sentence's audio, ``end`` last;
+5. check the cancel mark between chunks: a cancelled stream stops within one batch step.
+
+A worker that takes over a dead worker's request continues after the last sentence that
+had started: the client may hear a gap, never a repeated or reordered ``seq``. Only the
+request's current owner can append (``LaneWorker.append_output``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from core.audio import OpusStreamEncoder, StreamResampler
+from core.errors import ShuttingDownError, VoicelaneError, grpc_status_name
+from core.lane import (
+    EventKind,
+    InputKind,
+    LaneWorker,
+    OutputEvent,
+    StreamRequest,
+    now_ms,
+)
+from core.settings import RealtimeSettings
+from core.text import Segment, split_sentences
+from workers.batcher import Batcher, Priority
+from workers.engines import PcmF32, Utterance
+
+log = logging.getLogger(__name__)
+
+FRAME_MS = 20
+_READ_BLOCK_MS = 100
+_POLL_S = 0.02
+
+
+class _SupersededError(Exception):
+    """Another worker owns the request now: stop without writing anything more."""
+
+
+class _Packetizer:
+    """Groups Opus packets into output entries: the very first packet alone (time to first
+    audio), then ``frames_per_chunk`` per entry; keeps ``seq`` contiguous and ``pts_ms``."""
+
+    def __init__(self, session: Session, seq: int, pts_ms: int, frames_per_chunk: int) -> None:
+        self.session = session
+        self.seq = seq
+        self.sent_ms = pts_ms
+        """pts of the first pending packet."""
+        self.pending: list[bytes] = []
+        self.frames_per_chunk = frames_per_chunk
+        self.first_sent = seq > 0
+
+    @property
+    def produced_ms(self) -> int:
+        return self.sent_ms + FRAME_MS * len(self.pending)
+
+    def add(self, packets: list[bytes], sentence: int) -> None:
+        self.pending.extend(packets)
+        self.drain(sentence, final=False)
+
+    def drain(self, sentence: int, *, final: bool) -> None:
+        while self.pending:
+            size = min(self.frames_per_chunk, len(self.pending)) if self.first_sent else 1
+            if size < self.frames_per_chunk and self.first_sent and not final:
+                return
+            self.session.audio(self.seq, self.pending[:size], self.sent_ms, sentence)
+            self.seq += 1
+            self.sent_ms += FRAME_MS * size
+            self.pending = self.pending[size:]
+            self.first_sent = True
+
+
+@dataclass
+class _Resume:
+    next_seq: int = 0
+    pts_ms: int = 0
+    next_sentence: int = 0
+    ended: bool = False
+
+
+@dataclass
+class _Sentence:
+    index: int
+    segment: Segment
+    offset: int
+    """Offset of the segment's text span in the whole request text."""
+
+
+@dataclass
+class SentenceCutter:
+    """Cut text arriving in pieces into sentences, as soon as each one is complete."""
+
+    max_chars: int = 300
+    buffer: str = ""
+    base: int = 0
+    """Offset of ``buffer[0]`` in the whole text."""
+    emitted: int = 0
+    _pending: list[tuple[Segment, int]] = field(default_factory=list)
+
+    def feed(self, text: str) -> list[tuple[Segment, int]]:
+        self.buffer += text
+        return self._cut(final=False)
+
+    def flush(self) -> list[tuple[Segment, int]]:
+        return self._cut(final=True)
+
+    def _cut(self, *, final: bool) -> list[tuple[Segment, int]]:
+        segments = split_sentences(self.buffer, self.max_chars) if self.buffer.strip() else []
+        # The last segment may still grow, unless the text is final or ends a paragraph/line.
+        complete = segments if final else segments[:-1]
+        if not complete:
+            if final:
+                self.base += len(self.buffer)
+                self.buffer = ""
+            return []
+        out = [(segment, self.base) for segment in complete]
+        consumed = len(self.buffer) if final else complete[-1].end
+        self.base += consumed
+        self.buffer = self.buffer[consumed:]
+        self.emitted += len(out)
+        return out
+
+
+class Session:
+    """One stream request, served on its own thread."""
+
+    def __init__(
+        self,
+        consumer: RealtimeConsumer,
+        entry_id: str,
+        request: StreamRequest,
+        *,
+        takeover: bool,
+    ) -> None:
+        self.consumer = consumer
+        self.lane = consumer.lane
+        self.entry_id = entry_id
+        self.request = request
+        self.takeover = takeover
+        self.settings = consumer.settings
+        self.batcher = consumer.batcher
+        self._started_at: float | None = None
+        self.done = threading.Event()
+
+    # ------------------------------------------------------------------ entry point
+    def run(self) -> None:
+        rid = self.request.request_id
+        acknowledge = True
+        try:
+            self._serve()
+        except _SupersededError:
+            log.info("request %s: another worker took it over", rid)
+            acknowledge = False  # its new owner acknowledges it
+        except ShuttingDownError:
+            log.info("request %s left for another worker (shutting down)", rid)
+            acknowledge = False  # pending: another worker reclaims it
+        except _CancelledError:
+            log.info("request %s cancelled by its client", rid)
+        except VoicelaneError as error:
+            self._error(grpc_status_name(error), error.message)
+        except Exception as error:
+            log.exception("request %s failed", rid)
+            self._error("INTERNAL", f"{type(error).__name__}: {error}")
+        finally:
+            self.done.set()
+            self.consumer.session_ended(self)
+        if acknowledge:
+            self.lane.finish(self.entry_id, rid)
+
+    def _error(self, code: str, message: str) -> None:
+        with contextlib.suppress(_SupersededError):
+            self._append(OutputEvent(EventKind.ERROR, code=code, text=message))
+
+    def _append(self, event: OutputEvent) -> None:
+        if not self.lane.append_output(self.request.request_id, event):
+            raise _SupersededError
+
+    # ------------------------------------------------------------------ serving
+    def _serve(self) -> None:
+        request = self.request
+        rid = request.request_id
+        self.lane.take_ownership(rid)
+        resume = self._resume_point() if self.takeover else _Resume()
+        if resume.ended:
+            return
+        if request.expired:
+            self._append(
+                OutputEvent(EventKind.ERROR, code="DEADLINE_EXCEEDED", text="deadline passed")
+            )
+            return
+        self.batcher.engine.validate(Utterance("check", request.voice, request.speed))
+        out = _Packetizer(self, resume.next_seq, resume.pts_ms, self.settings.frames_per_chunk)
+        encoder = OpusStreamEncoder(
+            request.sample_rate_hz, bitrate_bps=self.settings.opus_bitrate_bps
+        )
+        resampler = StreamResampler(self.batcher.engine.sample_rate_hz, request.sample_rate_hz)
+        for sentence in self._sentences():
+            if sentence.index < resume.next_sentence:
+                continue
+            self._pace(out.produced_ms)
+            seg = sentence.segment
+            self._append(
+                OutputEvent(
+                    EventKind.CAPTION,
+                    seq=out.seq,
+                    text=seg.text,
+                    start=sentence.offset + seg.start,
+                    end=sentence.offset + seg.end,
+                    pts_ms=out.produced_ms,
+                    sentence=sentence.index,
+                )
+            )
+            for pcm in self._speak(seg.text):
+                out.add(encoder.encode(resampler.process(pcm)), sentence.index)
+            out.add(encoder.encode(resampler.flush()), sentence.index)
+            out.drain(sentence.index, final=True)
+        out.add(encoder.flush(), -1)
+        out.drain(-1, final=True)
+        self._append(OutputEvent(EventKind.END, seq=out.seq, pts_ms=out.produced_ms))
+        log.info("request %s done: %d chunks, %.1f s", rid, out.seq, out.produced_ms / 1000)
+
+    def audio(self, seq: int, packets: list[bytes], pts_ms: int, sentence: int) -> None:
+        self._append(
+            OutputEvent(
+                EventKind.AUDIO,
+                seq=seq,
+                packets=tuple(packets),
+                pts_ms=pts_ms,
+                sample_rate_hz=self.request.sample_rate_hz,
+                server_ts_ms=now_ms(),
+                client_ts_ms=self.request.client_ts_ms,
+                sentence=sentence,
+            )
+        )
+        if self._started_at is None:
+            self._started_at = time.monotonic()
+
+    def _speak(self, text: str) -> Iterator[PcmF32]:
+        """The sentence's PCM as the batcher streams it; stops on cancel or deadline."""
+        deadline_s = time.monotonic() + (self.request.deadline_ms - now_ms()) / 1000
+        stream = self.batcher.submit_stream(
+            Utterance(text, self.request.voice, self.request.speed),
+            priority=Priority.REALTIME,
+            deadline_s=deadline_s,
+        )
+        try:
+            while True:
+                self._check_cancelled()
+                try:
+                    chunk = stream.read(timeout_s=0.05)
+                except TimeoutError:
+                    continue
+                if chunk is None:
+                    self._check_cancelled()
+                    return
+                yield chunk
+        finally:
+            stream.cancel()
+
+    def _check_cancelled(self) -> None:
+        if self.consumer.closing.is_set():
+            raise ShuttingDownError("worker stopping")
+        if self.lane.cancelled(self.request.request_id):
+            raise _CancelledError("cancelled by the client")
+
+    def _pace(self, produced_pts_ms: int) -> None:
+        """Wait while more than ``lookahead_s`` of audio is ahead of playback."""
+        if self._started_at is None:
+            return
+        while True:
+            played_ms = (time.monotonic() - self._started_at) * 1000
+            if produced_pts_ms - played_ms < self.settings.lookahead_s * 1000:
+                return
+            self._check_cancelled()
+            time.sleep(_POLL_S)
+
+    def _sentences(self) -> Iterator[_Sentence]:
+        """Sentences as the request's text arrives: complete ones first, the rest at the end."""
+        cutter = SentenceCutter()
+        after = "0"
+        index = 0
+        while True:
+            self._check_cancelled()
+            if self.request.expired:
+                raise _DeadlineExceededError("deadline passed")
+            pieces = self.lane.read_input(self.request.request_id, after, _READ_BLOCK_MS)
+            for entry_id, piece in pieces:
+                after = entry_id
+                text_piece = piece.kind is InputKind.TEXT
+                ready = cutter.feed(piece.text) if text_piece else cutter.flush()
+                for segment, base in ready:
+                    yield _Sentence(index, segment, base)
+                    index += 1
+                if piece.kind is InputKind.END:
+                    return
+
+    def _resume_point(self) -> _Resume:
+        """Where a takeover continues: after the last sentence that had started."""
+        events = self.lane.output_events(self.request.request_id)
+        resume = _Resume()
+        for event in events:
+            if event.kind in (EventKind.END, EventKind.ERROR):
+                resume.ended = True
+            if event.kind is EventKind.AUDIO:
+                resume.next_seq = event.seq + 1
+                resume.pts_ms = event.pts_ms + FRAME_MS * len(event.packets)
+            if event.sentence >= 0:
+                resume.next_sentence = max(resume.next_sentence, event.sentence + 1)
+        return resume
+
+
+class _CancelledError(VoicelaneError):
+    code = "cancelled"
+    permanent = True
+    grpc_status = "CANCELLED"
+
+
+class _DeadlineExceededError(VoicelaneError):
+    code = "deadline_exceeded"
+    permanent = True
+    grpc_status = "DEADLINE_EXCEEDED"
+
+
+class RealtimeConsumer:
+    """Claims stream requests for this worker and runs a :class:`Session` for each."""
+
+    def __init__(self, batcher: Batcher, lane: LaneWorker, settings: RealtimeSettings) -> None:
+        self.batcher = batcher
+        self.lane = lane
+        self.settings = settings
+        self.closing = threading.Event()
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="realtime-claims", daemon=True)
+
+    @property
+    def free_slots(self) -> int:
+        with self._lock:
+            return self.settings.slots_per_worker - len(self._sessions)
+
+    def start(self) -> RealtimeConsumer:
+        self.lane.ensure_group()
+        self.lane.report_capacity(self.free_slots)
+        self._thread.start()
+        return self
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.closing.set()
+        self._thread.join(timeout_s)
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.done.wait(timeout_s)
+        try:
+            self.lane.withdraw()
+        except Exception:
+            log.warning("could not withdraw the capacity report")
+
+    def session_ended(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.pop(session.entry_id, None)
+        try:
+            self.lane.report_capacity(self.free_slots)
+        except Exception:
+            log.warning("could not report capacity")
+
+    def _start_session(self, entry_id: str, request: StreamRequest, *, takeover: bool) -> None:
+        session = Session(self, entry_id, request, takeover=takeover)
+        with self._lock:
+            if entry_id in self._sessions:
+                return
+            self._sessions[entry_id] = session
+        self.lane.session_heartbeat(request.request_id)
+        thread = threading.Thread(
+            target=session.run, name=f"rt-{request.request_id[:8]}", daemon=True
+        )
+        thread.start()
+
+    def _run(self) -> None:
+        timings = self.lane.timings
+        beat_every_s = min(timings.heartbeat_ttl_s, timings.reclaim_idle_s) / 3
+        reclaim_every_s = timings.reclaim_idle_s / 2
+        last_beat = last_reclaim = 0.0
+        while not self.closing.is_set():
+            try:
+                now = time.monotonic()
+                if now - last_beat >= beat_every_s:
+                    self._heartbeat()
+                    last_beat = now
+                free = self.free_slots
+                if free > 0 and now - last_reclaim >= reclaim_every_s:
+                    for entry_id, request in self.lane.claim_abandoned(free):
+                        if entry_id not in self._sessions:
+                            log.info("taking over request %s", request.request_id)
+                            self._start_session(entry_id, request, takeover=True)
+                    last_reclaim = now
+                    free = self.free_slots
+                if free <= 0:
+                    self.closing.wait(_POLL_S)
+                    continue
+                for entry_id, request in self.lane.claim_new(free, _READ_BLOCK_MS):
+                    self._start_session(entry_id, request, takeover=False)
+            except Exception:
+                log.exception("real-time claim loop error; retrying")
+                self.closing.wait(0.5)
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        self.lane.refresh([s.entry_id for s in sessions])
+        for session in sessions:
+            self.lane.session_heartbeat(session.request.request_id)
+        self.lane.report_capacity(self.free_slots)
