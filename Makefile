@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_STAMP := $(VENV)/.system-deps
 PYTEST_ARGS ?=
 
-.PHONY: all install system-deps demo stop test lint format bench clean
+.PHONY: all install system-deps demo stop test lint format bench compose-check proto clean
 
 all: test
 
@@ -47,6 +47,18 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# Validate docker-compose.yml offline (no Docker engine needed), with placeholder secrets.
+compose-check:
+	@command -v docker-compose >/dev/null || { sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq docker-compose >/dev/null; }
+	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
+	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p \
+		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
+
+# Regenerate api/gen from proto/ (the generated code is committed).
+proto: install
+	scripts/gen-proto.sh
 
 format: install
 	$(BIN)/ruff format .
