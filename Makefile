@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_STAMP := $(VENV)/.system-deps
 PYTEST_ARGS ?=
 
-.PHONY: all install system-deps demo stop test lint format bench compose-check proto clean
+.PHONY: all install install-chattts system-deps demo stop test lint format bench compose-check proto clean
 
 all: test
 
@@ -27,6 +27,15 @@ $(STAMP): pyproject.toml $(SYSTEM_STAMP)
 
 install: $(STAMP)
 
+# The ChatTTS engine (torch 2.13.0: the local CPU wheel on machines without CUDA, plus the
+# torchaudio CPU workaround there; see docs/chattts.md). The test suite needs it.
+CHATTTS_STAMP := $(VENV)/.installed-chattts
+$(CHATTTS_STAMP): pyproject.toml scripts/install-chattts.sh $(STAMP)
+	scripts/install-chattts.sh
+	@touch $@
+
+install-chattts: $(CHATTTS_STAMP)
+
 # The embedded default first (no servers), then the whole stack over REST.
 demo: install
 	@mkdir -p out
@@ -40,10 +49,10 @@ stop:
 		echo "stack stopped"; \
 	else echo "no stack running"; fi
 
-test: install
+test: install install-chattts
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: install
+lint: install install-chattts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -70,6 +79,8 @@ bench: install
 	$(BIN)/python -m bench.audio_codecs
 	$(BIN)/python -m bench.text_split
 	$(BIN)/python -m bench.jobs
+	$(BIN)/python -m bench.realtime
+	$(BIN)/python -m bench.chattts
 
 clean: stop
 	rm -rf $(VENV) out .voicelane .mypy_cache .ruff_cache .pytest_cache

@@ -323,7 +323,10 @@ class Batcher:
         self._wakeup = threading.Condition(self._lock)
         self._idle = threading.Condition(self._lock)
         self._queues: dict[Priority, deque[_Item]] = {p: deque() for p in Priority}
-        self._effective_max = self.config.max_batch
+        # An engine that gains nothing from batching (espeak renders one utterance after the
+        # other) caps the batch: bigger batches would only make real-time items wait longer.
+        self.max_batch = min(self.config.max_batch, engine.max_batch or self.config.max_batch)
+        self._effective_max = self.max_batch
         self._successes = 0
         self._earliest_deadline: float | None = None
         self._cancel_pending = False
@@ -658,10 +661,10 @@ class Batcher:
             with self._lock:
                 self._successes += 1
                 if (
-                    self._effective_max < self.config.max_batch
+                    self._effective_max < self.max_batch
                     and self._successes >= self.config.grow_after_successes
                 ):
-                    self._effective_max = min(self.config.max_batch, self._effective_max * 2)
+                    self._effective_max = min(self.max_batch, self._effective_max * 2)
                     self._successes = 0
                     log.info("max_batch grows back to %d", self._effective_max)
         finally:

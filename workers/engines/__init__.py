@@ -9,7 +9,7 @@ from core.errors import InvalidInputError
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 
-ENGINE_NAMES = ("espeak",)
+ENGINE_NAMES = ("espeak", "chattts")
 
 
 def create_engine(name: str) -> Engine:
@@ -18,6 +18,13 @@ def create_engine(name: str) -> Engine:
         from .espeak import EspeakEngine
 
         return EspeakEngine()
+    if name == "chattts":  # the `chattts` extra: torch is imported here, never before
+        from .chattts_config import require_chattts_extra
+
+        require_chattts_extra()
+        from .chattts import ChatTTSEngine
+
+        return ChatTTSEngine.from_settings()
     raise InvalidInputError(f"unknown engine {name!r} (available: {', '.join(ENGINE_NAMES)})")
 
 

@@ -54,6 +54,9 @@ class Engine(ABC):
 
     name: str = "engine"
     sample_rate_hz: int = 24000
+    max_batch: int | None = None
+    """Most utterances worth putting in one call; None: as many as the batcher allows.
+    An engine that renders a batch one utterance at a time sets 1."""
 
     def load(self) -> None:  # noqa: B027 - optional hook
         """Load the model. Called once, on the thread that will run it."""

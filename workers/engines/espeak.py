@@ -191,6 +191,7 @@ class EspeakEngine(Engine):
     """espeak-ng voices, ``auto`` (Mandarin or English by script) as the default."""
 
     name = "espeak"
+    max_batch = 1  # libespeak-ng renders one utterance at a time: batching only adds waiting
 
     def __init__(self, default_voice: str = AUTO_VOICE) -> None:
         self._library = _Library.get()

@@ -460,3 +460,14 @@ def test_cancel_error_type_for_a_future_cancelled_in_the_queue(
 def advance_no_settle(batcher: Batcher, clock: FakeClock, seconds: float) -> None:
     clock.advance(seconds)
     batcher.wake()
+
+
+def test_an_engine_that_cannot_batch_caps_the_batch_and_never_waits(clock: FakeClock) -> None:
+    engine = RecordingEngine()
+    engine.max_batch = 1  # renders one utterance at a time, like espeak
+    for batcher in make(engine, clock, max_batch=64, max_wait_batch_s=10.0):
+        futures = [batcher.submit(u(f"t{i}")) for i in range(3)]
+        for f in futures:
+            f.result(T)  # no clock movement needed: a batch of one is always full
+        assert [len(b) for b in engine.batches] == [1, 1, 1]
+        assert batcher.max_batch == 1

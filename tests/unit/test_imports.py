@@ -1,0 +1,44 @@
+"""The default install and `import workers` never import torch (DESIGN.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+IMPORTS = """
+import sys
+import core, core.errors, core.settings, core.text
+import api, api.cli
+import workers, workers.batcher, workers.render
+import workers.engines, workers.engines.base, workers.engines.chattts_config
+from workers.engines import ENGINE_NAMES, create_engine
+from workers.engines.chattts_config import ChatTTSSettings, ModelLoadError
+engine = create_engine("espeak")
+heavy = sorted(n for n in ("torch", "ChatTTS", "transformers", "numba") if n in sys.modules)
+print(",".join(heavy) or "none")
+"""
+
+
+def test_default_import_path_never_imports_torch() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "none"
+
+
+def test_the_check_itself_sees_torch_when_it_is_imported() -> None:
+    """The probe above is not vacuous: importing the engine module does load torch."""
+    probe = (
+        IMPORTS
+        + "\nimport importlib.util\n"
+        + (
+            "if importlib.util.find_spec('torch'):\n"
+            "    import workers.engines.chattts\n"
+            "    assert 'torch' in sys.modules\n"
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr

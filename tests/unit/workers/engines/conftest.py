@@ -1,0 +1,32 @@
+"""Fixtures of the engine tests: the tiny random-weight ChatTTS checkpoint, built once."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.chattts_checkpoint import Checkpoint, build_checkpoint
+
+
+def require_chattts_extra() -> None:
+    """Skip without the chattts extra — except under CI, where its absence is a failure."""
+    missing = [name for name in ("torch", "ChatTTS") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    message = (
+        f"the chattts extra is not installed ({', '.join(missing)}): scripts/install-chattts.sh"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set and {message}", pytrace=False)
+    pytest.skip(message, allow_module_level=True)
+
+
+@pytest.fixture(scope="session")
+def chattts_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
+    """A seeded tiny checkpoint (hidden 64, 2 GPT layers, ~3 MB) with its manifest."""
+    require_chattts_extra()
+    directory: Path = tmp_path_factory.mktemp("chattts") / "tiny"
+    return build_checkpoint(directory)

@@ -1,0 +1,487 @@
+"""The ChatTTS engine: the production GPU engine, behind the shared batcher.
+
+Install with ``scripts/install-chattts.sh`` (the ``chattts`` extra). Weights come from
+``VOICELANE_CHATTTS_DIR`` only (ChatTTS's ``asset/`` layout, ``source="custom"``); nothing is
+downloaded. Settings, the manifest, voices and per-utterance options are in
+:mod:`workers.engines.chattts_config`; the step loop and the decoders in
+:mod:`workers.engines.chattts_loop`; the design in docs/chattts.md.
+
+* ``batch_key``: voice, speed, seed and sampling parameters (what one ChatTTS call shares);
+  token budgets are per item.
+* ``synthesize``: every item decoded at its own length (no padding to the longest).
+* ``synthesize_stream``: a chunk per step group, decoded incrementally (flat cost per chunk).
+* Out of device memory → :class:`~core.errors.EngineOutOfMemoryError` (the batcher splits).
+* ``unload`` drops every reference to the model; ``load`` again hot-swaps it.
+
+Like every engine, it is driven from one thread (the batcher's scheduler thread); ``voices``,
+``validate`` and ``batch_key`` touch no model and may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from core.errors import EngineError, EngineOutOfMemoryError, InvalidInputError
+
+from .base import Engine, PcmF32, Utterance, VoiceInfo
+from .chattts_config import (
+    AUTO_VOICE,
+    VOICE_LANGUAGES,
+    ChatTTSSettings,
+    Manifest,
+    ModelLoadError,
+    NamedVoice,
+    Sampling,
+    UtteranceParser,
+    checkpoint_dir,
+    read_manifest,
+    read_voices_file,
+    seed_of,
+    seed_voice_info,
+    verify_checkpoint,
+)
+from .chattts_loop import (
+    Generation,
+    LoadedModel,
+    Row,
+    StreamDecoder,
+    StreamWindows,
+    decode_rows,
+    decorate_prompt,
+)
+
+log = logging.getLogger(__name__)
+_UPSTREAM_LOG = logging.getLogger(f"{__name__}.upstream")
+"""ChatTTS's own logger. At ERROR: its warnings quote the user's text."""
+_SEED_SPEAKERS_KEPT = 1024
+T = TypeVar("T")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """torch's OutOfMemoryError, or a RuntimeError saying so (cuDNN, cuBLAS, older torch)."""
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _import_chattts() -> Any:
+    try:
+        import ChatTTS
+    except Exception as error:  # ImportError, or OSError from a CUDA torchaudio on a CPU box
+        raise ModelLoadError(
+            f"cannot import ChatTTS ({_one_line(error)}); run scripts/install-chattts.sh "
+            "(on machines without CUDA it also applies the torchaudio workaround)"
+        ) from None
+    return ChatTTS
+
+
+# ---- the manifest's config sections -> ChatTTS's config dataclasses -----------------------
+
+
+def _field_value(default: object, value: object, where: str, path: Path) -> object:
+    if dataclasses.is_dataclass(default) and not isinstance(default, type):
+        return _dataclass_from(type(default), value, where, path)
+    expected: tuple[type, ...]
+    if isinstance(default, tuple):
+        if not isinstance(value, list | tuple):
+            raise ModelLoadError(f"{path}: {where} must be a list")
+        return tuple(value)
+    if isinstance(default, bool):
+        expected = (bool,)
+    elif isinstance(default, int):
+        expected = (int,)
+    elif isinstance(default, float):
+        expected = (int, float)
+    elif isinstance(default, str):
+        expected = (str,)
+    else:
+        return value
+    if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+        raise ModelLoadError(f"{path}: {where} must be a {expected[-1].__name__}")
+    return value
+
+
+def _dataclass_from(cls: type, data: object, where: str, path: Path) -> object:
+    """A new ``cls`` from ``data``; fields not given keep ChatTTS's defaults."""
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path}: {where} must be an object")
+    defaults = cls()
+    names = {f.name for f in dataclasses.fields(cls)}
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ModelLoadError(f"{path}: unknown field {where}.{key}")
+        values[key] = _field_value(getattr(defaults, key), value, f"{where}.{key}", path)
+    return cls(**values)
+
+
+def build_config(manifest: Manifest) -> Any:
+    """ChatTTS's ``Config`` with the manifest's sections replaced — whole new objects: the
+    defaults are shared by every ``Chat`` in the process and are never mutated."""
+    from ChatTTS.config import Config
+
+    config = Config()
+    for section, value in manifest.config.items():
+        default = getattr(config, section)
+        setattr(config, section, _field_value(default, value, f"config.{section}", manifest.path))
+    return config
+
+
+# ---- the engine ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Loaded:
+    model: LoadedModel
+    named_speakers: dict[str, torch.Tensor]
+    speaker_std: torch.Tensor
+    speaker_mean: torch.Tensor
+
+
+class ChatTTSEngine(Engine):
+    """ChatTTS 0.2.5 on one device, from a local checkpoint."""
+
+    name = "chattts"
+    sample_rate_hz = 24000
+
+    def __init__(self, settings: ChatTTSSettings) -> None:
+        self.settings = settings
+        self.windows = StreamWindows(
+            first_chunk_steps=settings.first_chunk_steps,
+            stream_chunk_steps=settings.stream_chunk_steps,
+            context_steps=settings.context_steps,
+            holdback_steps=settings.holdback_steps,
+        )
+        self._named: dict[str, NamedVoice] = (
+            read_voices_file(settings.voices_file) if settings.voices_file else {}
+        )
+        self._parser = UtteranceParser(settings, self._named)
+        try:
+            self._parser.resolve_voice(settings.default_voice)
+        except InvalidInputError as error:
+            raise ModelLoadError(
+                f"VOICELANE_CHATTTS_DEFAULT_VOICE={settings.default_voice}: {error}"
+            ) from None
+        self._voices = self._list_voices()
+        self._loaded: _Loaded | None = None
+        self._seed_speakers: OrderedDict[int, torch.Tensor] = OrderedDict()
+        if _UPSTREAM_LOG.level == logging.NOTSET:
+            _UPSTREAM_LOG.setLevel(logging.ERROR)
+
+    @classmethod
+    def from_settings(cls, settings: ChatTTSSettings | None = None) -> ChatTTSEngine:
+        """The engine configured by ``VOICELANE_CHATTTS_*`` (or by ``settings``)."""
+        return cls(settings if settings is not None else ChatTTSSettings.from_env())
+
+    # ---- voices and validation (any thread; no model) -------------------------------------
+
+    def _list_voices(self) -> list[VoiceInfo]:
+        default = self.settings.default_voice
+        auto = VoiceInfo(
+            id=AUTO_VOICE, name=f"Default voice ({default})", languages=VOICE_LANGUAGES
+        )
+        named = [voice.info for voice in self._named.values()]
+        seeded = [seed_voice_info(seed) for seed in range(self.settings.listed_seed_voices)]
+        return [auto, *named, *seeded]
+
+    def voices(self) -> list[VoiceInfo]:
+        return list(self._voices)
+
+    def validate(self, utterance: Utterance) -> None:
+        self._parser.parse(utterance)
+
+    def batch_key(self, utterance: Utterance) -> Hashable:
+        return self._parser.parse(utterance).batch_key
+
+    # ---- loading ---------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    @property
+    def model(self) -> LoadedModel:
+        """The loaded model (for tests and benchmarks)."""
+        return self._require().model
+
+    def load(self) -> None:
+        """Verify the checkpoint, load it on the device; again after ``unload`` (hot-swap)."""
+        if self._loaded is not None:
+            self.unload()
+        # The first `import ChatTTS` in a process leaves a garbage cycle that holds this
+        # frame (and so its locals) until the cycle collector runs: keep the model out of it.
+        chattts = _import_chattts()
+        self._loaded = self._load(chattts)
+
+    def _load(self, chattts: Any) -> _Loaded:
+        settings = self.settings
+        directory = checkpoint_dir(settings)
+        manifest = read_manifest(directory)
+        device = self._device()
+        chat = chattts.Chat(_UPSTREAM_LOG)
+        if manifest is None:
+            sha256_map = dict(chat.sha256_map)
+            source = "the official ChatTTS release's hashes (no voicelane-chattts.json)"
+        else:
+            sha256_map, source = dict(manifest.sha256), str(manifest.path)
+            chat.config = build_config(manifest)
+        verify_checkpoint(directory, sha256_map, source)
+        chat.sha256_map = sha256_map
+        if device.type == "cuda" and settings.memory_fraction is not None:
+            torch.cuda.set_per_process_memory_fraction(settings.memory_fraction, device)
+        _load_chat(chat, directory, device)
+        if settings.half:
+            chat.gpt.gpt.half()
+        model = LoadedModel(chat, device)
+        log.info("ChatTTS loaded from %s on %s", directory, device)
+        return _Loaded(
+            model=model,
+            named_speakers=self._named_speakers(chat, model.hidden_size),
+            speaker_std=chat.speaker.std.detach().cpu(),
+            speaker_mean=chat.speaker.mean.detach().cpu(),
+        )
+
+    def unload(self) -> None:
+        """Drop every reference to the model and give its memory back.
+
+        Reference counting frees it at once: the one cycle inside a loaded ChatTTS (the
+        weight-normalised heads' parametrisation) is broken first. On CUDA the cycle
+        collector runs too, then the allocator's cache goes back to the driver, so
+        ``torch.cuda.memory_allocated`` returns to where it was before ``load``.
+        """
+        loaded, self._loaded = self._loaded, None
+        self._seed_speakers.clear()
+        if loaded is None:
+            return
+        device = loaded.model.device
+        _break_cycles(loaded.model.chat)
+        del loaded
+        if device.type == "cuda":
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    def _device(self) -> torch.device:
+        device = torch.device(self.settings.device)
+        if device.type != "cuda":
+            return device
+        if not torch.cuda.is_available():
+            raise ModelLoadError(
+                f"VOICELANE_CHATTTS_DEVICE={self.settings.device}: CUDA is not available here"
+            )
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise ModelLoadError(
+                f"VOICELANE_CHATTTS_DEVICE={self.settings.device}: "
+                f"only {torch.cuda.device_count()} CUDA device(s)"
+            )
+        return device
+
+    def _named_speakers(self, chat: Any, hidden_size: int) -> dict[str, torch.Tensor]:
+        path = self.settings.voices_file
+        speakers: dict[str, torch.Tensor] = {}
+        for name, voice in self._named.items():
+            try:
+                if voice.spk_emb is not None:
+                    values = torch.from_numpy(chat.speaker._decode(voice.spk_emb))
+                else:
+                    values = torch.tensor(voice.embedding, dtype=torch.float16)
+            except Exception as error:
+                raise ModelLoadError(
+                    f"{path}: voice {name!r}: not a ChatTTS speaker ({_one_line(error)})"
+                ) from None
+            if values.numel() != hidden_size:
+                raise ModelLoadError(
+                    f"{path}: voice {name!r}: {values.numel()} values, "
+                    f"this checkpoint's speakers have {hidden_size}"
+                )
+            speakers[name] = values.to(torch.float16)
+        return speakers
+
+    def _require(self) -> _Loaded:
+        if self._loaded is None:
+            raise EngineError("the chattts engine is not loaded")
+        return self._loaded
+
+    # ---- inference (the batcher's thread) ---------------------------------------------------
+
+    def speaker_embedding(self, voice: str) -> torch.Tensor:
+        """The speaker embedding (float16, CPU) a voice id stands for, e.g. to save a seed
+        voice into a voices file. Needs the model loaded."""
+        return self._speaker(self._require(), self._parser.resolve_voice(voice)).clone()
+
+    def _speaker(self, loaded: _Loaded, voice: str) -> torch.Tensor:
+        """A named voice's embedding, or ``seed:N``'s: ChatTTS's ``sample_random_speaker``
+        with torch's CPU generator seeded N (the same on every device and machine)."""
+        seed = seed_of(voice)
+        if seed is None:
+            return loaded.named_speakers[voice]
+        speaker = self._seed_speakers.get(seed)
+        if speaker is None:
+            generator = torch.Generator().manual_seed(seed)
+            std, mean = loaded.speaker_std, loaded.speaker_mean
+            noise = torch.randn(std.shape, generator=generator, dtype=std.dtype)
+            speaker = noise.mul_(std).add_(mean)
+            self._seed_speakers[seed] = speaker
+            if len(self._seed_speakers) > _SEED_SPEAKERS_KEPT:
+                self._seed_speakers.popitem(last=False)
+        self._seed_speakers.move_to_end(seed)
+        return speaker
+
+    def _normalize(self, loaded: _Loaded, text: str) -> str:
+        settings = self.settings
+        if not (settings.normalize_text or settings.homophone_replacement):
+            return text
+        normalized: str = loaded.model.chat.normalizer(
+            text, settings.normalize_text, settings.homophone_replacement
+        )
+        return normalized
+
+    def _plan(self, loaded: _Loaded, batch: Sequence[Utterance]) -> tuple[list[Row], Sampling]:
+        options = [self._parser.parse(utterance) for utterance in batch]
+        samplings = {option.sampling for option in options}
+        if len(samplings) != 1:
+            raise EngineError("one ChatTTS call takes one set of sampling parameters")
+        rows = [
+            Row(
+                prompt=decorate_prompt(
+                    self._normalize(loaded, utterance.text), option.speed_level, True
+                ),
+                speaker=self._speaker(loaded, option.voice),
+                seed=option.seed,
+                min_new_tokens=option.min_new_tokens,
+                max_new_tokens=option.max_new_tokens,
+            )
+            for utterance, option in zip(batch, options, strict=True)
+        ]
+        (sampling,) = samplings
+        return rows, sampling
+
+    def synthesize(self, batch: Sequence[Utterance]) -> list[PcmF32]:
+        if not batch:
+            return []
+        loaded = self._require()
+        rows, sampling = self._plan(loaded, batch)
+        return self._guarded(lambda: _render_whole(loaded.model, rows, sampling))
+
+    def synthesize_stream(self, batch: Sequence[Utterance]) -> Iterator[list[PcmF32]]:
+        """Yields, per step group, one array per utterance (empty: nothing new for it).
+
+        Closing the generator (the batcher does, when every item is gone) stops the batch
+        and frees its cache at once; nothing else is interrupted.
+        """
+        if not batch:
+            return iter(())
+        loaded = self._require()
+        rows, sampling = self._plan(loaded, batch)
+        return self._stream(loaded.model, rows, sampling)
+
+    def _stream(
+        self, model: LoadedModel, rows: list[Row], sampling: Sampling
+    ) -> Iterator[list[PcmF32]]:
+        generation: Generation | None = None
+        failure: str | None = None
+        try:
+            generation = Generation(model, rows, sampling)
+            decoder = StreamDecoder(model, generation, self.windows)
+            while not generation.done:
+                generation.step()
+                chunk = decoder.pending()
+                if chunk is not None:
+                    yield chunk
+        except RuntimeError as error:
+            if not is_out_of_memory(error):
+                raise
+            failure = _one_line(error)
+        finally:
+            if generation is not None:
+                generation.release()
+            generation = None
+        if failure is not None:
+            raise self._out_of_memory(model.device, failure)
+
+    def _guarded(self, render: Callable[[], T]) -> T:
+        """Run ``render``; out of device memory becomes EngineOutOfMemoryError.
+
+        The error is raised outside the ``except`` block, so nothing keeps the failed call's
+        frames (and the tensors in them) alive once it is handled.
+        """
+        failure: str | None = None
+        try:
+            return render()
+        except RuntimeError as error:
+            if not is_out_of_memory(error):
+                raise
+            failure = _one_line(error)
+        raise self._out_of_memory(self._require().model.device, failure)
+
+    @staticmethod
+    def _out_of_memory(device: torch.device, failure: str) -> EngineOutOfMemoryError:
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return EngineOutOfMemoryError(f"ChatTTS ran out of memory on {device}: {failure}")
+
+
+def _render_whole(model: LoadedModel, rows: list[Row], sampling: Sampling) -> list[PcmF32]:
+    generation = Generation(model, rows, sampling)
+    try:
+        generation.run()
+        return decode_rows(model, generation)
+    finally:
+        generation.release()
+
+
+def _break_cycles(chat: Any) -> None:
+    """Un-parametrise the weight-normalised heads (their parametrisation is a reference
+    cycle), so that dropping the last reference frees the model without the collector."""
+    from torch.nn.utils import parametrize
+
+    embed = getattr(chat, "embed", None)
+    heads = [getattr(embed, "head_text", None), *getattr(embed, "head_code", [])]
+    for head in heads:
+        if head is not None and parametrize.is_parametrized(head, "weight"):
+            parametrize.remove_parametrizations(head, "weight", leave_parametrized=True)
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bar per load (transformers 5 prints one for every weights file)."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def _load_chat(chat: Any, directory: Path, device: torch.device) -> None:
+    try:
+        with _quiet_transformers():
+            loaded = chat.load(source="custom", custom_path=str(directory), device=device)
+    except Exception as error:
+        what = "out of memory" if is_out_of_memory(error) else "cannot load it"
+        raise ModelLoadError(
+            f"{directory}: ChatTTS {what} on {device}: {_one_line(error)}"
+        ) from None
+    if not loaded:
+        raise ModelLoadError(f"{directory}: ChatTTS refused the checkpoint (see its log)")
+
+
+__all__ = ["ChatTTSEngine", "ChatTTSSettings", "ModelLoadError", "is_out_of_memory"]
