@@ -135,7 +135,32 @@ def _cmd_say(args: argparse.Namespace) -> int:
     from core.text_input import check_text
 
     text = check_text(args.text, max_chars=EmbeddedSettings().max_text_chars, source="TEXT")
+    if args.server:
+        return _say_remote(args, text)
     return _render(args, text)
+
+
+def _say_remote(args: argparse.Namespace, text: str) -> int:
+    """Stream through the gRPC front: first audio while the rest is still being made."""
+    from api.client import say_to_file
+
+    api_key = args.key or os.environ.get("VOICELANE_API_KEY")
+    if not api_key:
+        raise InvalidInputError("give --key or set VOICELANE_API_KEY")
+    result = say_to_file(
+        args.server,
+        api_key,
+        text,
+        Path(args.output),
+        voice=args.voice or "",
+        sample_rate_hz=args.sample_rate or 24000,
+        speed=args.speed,
+    )
+    first_s = result.stats.time_to_first_audio_s
+    first = f"; first audio after {first_s * 1000:.0f} ms" if first_s is not None else ""
+    duration_s = len(result.pcm) / result.sample_rate_hz
+    print(f"{args.output}: {duration_s:.2f} s of audio streamed from {args.server}{first}")
+    return 0
 
 
 def _cmd_voices(args: argparse.Namespace) -> int:
@@ -177,6 +202,20 @@ def _cmd_api(args: argparse.Namespace) -> int:
         settings.port = args.port
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    return 0
+
+
+def _cmd_grpc(args: argparse.Namespace) -> int:
+    from api.grpc_front import run_grpc
+    from core.settings import GrpcSettings
+
+    settings = GrpcSettings()
+    if args.host:
+        settings.grpc_host = args.host
+    if args.port:
+        settings.grpc_port = args.port
+    logging.getLogger().setLevel(logging.INFO)
+    run_grpc(settings)
     return 0
 
 
@@ -257,9 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(render)
     render.set_defaults(handler=_cmd_render)
 
-    say = commands.add_parser("say", help="render one piece of text to an audio file")
+    say = commands.add_parser(
+        "say", help="render one piece of text to an audio file (or stream it with --server)"
+    )
     say.add_argument("text", metavar="TEXT")
     _add_output_options(say)
+    say.add_argument("--server", metavar="HOST:PORT", help="stream through a gRPC front")
+    say.add_argument("--key", help="API key for --server (default: $VOICELANE_API_KEY)")
     say.set_defaults(handler=_cmd_say)
 
     voices = commands.add_parser("voices", help="list the voices")
@@ -281,6 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--host")
     api.add_argument("--port", type=int)
     api.set_defaults(handler=_cmd_api)
+
+    grpc_cmd = commands.add_parser("grpc", help="run the gRPC front of the real-time lane")
+    grpc_cmd.add_argument("--host")
+    grpc_cmd.add_argument("--port", type=int)
+    grpc_cmd.set_defaults(handler=_cmd_grpc)
 
     flower = commands.add_parser("flower", help="run Flower (read-only, basic auth; port 5555)")
     flower.add_argument("--port", type=int)

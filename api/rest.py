@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import ApiKeys
+from api.speech_http import StreamFronts, install_stream_routes
 from core.audio import format_from_name, validate_sample_rate
 from core.errors import InvalidInputError, TextTooLargeError, VoicelaneError, http_status
 from core.ledger import Job, JobNotFoundError, JobOptions, JobState, JobStateError, Ledger
@@ -133,6 +134,22 @@ def create_app(
     app.state.voicelane = state
     _install_error_handlers(app)
     _install_routes(app, state)
+
+    async def make_fronts() -> StreamFronts:
+        from api.grpc_relay import Admission
+        from api.voices import VoiceRegistry
+        from core.lane import LaneClient
+
+        lane = LaneClient.from_url(settings.redis_url, settings.realtime.timings())
+        return StreamFronts(
+            settings=settings,
+            keys=state.keys,
+            lane=lane,
+            voices=VoiceRegistry(lane.redis, settings.engine),
+            admission=Admission(lane),
+        )
+
+    install_stream_routes(app, make_fronts)
     return app
 
 
@@ -360,9 +377,7 @@ def _voices(state: ApiState) -> frozenset[str]:
 def _link(state: ApiState, job: Job) -> str:
     assert job.output_key is not None
     filename = f"{job.id}.{job.output_key.rsplit('.', 1)[-1]}"
-    return state.storage.link(
-        job.output_key, expires_s=state.link_expiry_s, filename=filename
-    )
+    return state.storage.link(job.output_key, expires_s=state.link_expiry_s, filename=filename)
 
 
 def _job_view(state: ApiState, job: Job, *, with_link: bool = True) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """``voicelane up``: the whole stack on this machine, one command; Ctrl-C stops it all.
 
 Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), a GPU worker (engine +
-batcher + ``render`` queue), a CPU worker (``control,assemble`` + reconciler), the REST API
-and Flower, each as a child process, prints where each listens, and stops them all (children
-first, then the Redis it started) on Ctrl-C or SIGTERM. State (Redis AOF, local storage)
+batcher + ``render`` queue + real-time consumer), a CPU worker (``control,assemble`` +
+reconciler), the REST API, the gRPC front and Flower, each as a child process, prints where
+each listens, and stops them all (children first, then the Redis it started) on Ctrl-C or
+SIGTERM. State (Redis AOF, local storage)
 lives in ``--state-dir`` (default ``.voicelane/``).
 
 Without ``VOICELANE_API_KEYS`` the stack runs in dev mode: API key ``demo-key`` (tenant
@@ -25,7 +26,7 @@ from urllib.parse import urlparse
 import httpx
 
 from core.redis_server import RedisServer, redis_answers
-from core.settings import ApiSettings, FlowerSettings
+from core.settings import ApiSettings, FlowerSettings, GrpcSettings
 
 
 @dataclass
@@ -101,6 +102,7 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
     os.environ.update({k: v for k, v in env.items() if k.startswith("VOICELANE_")})
     api = ApiSettings()
     flower = FlowerSettings()
+    grpc = GrpcSettings()
     env.setdefault("VOICELANE_STORAGE_LOCAL__PUBLIC_BASE_URL", f"http://{api.host}:{api.port}")
 
     redis_server: RedisServer | None = None
@@ -124,6 +126,7 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
             ("gpu-worker", ["worker"], "queue render (engine + batcher)"),
             ("cpu-worker", ["worker", "--queues", "control,assemble"], "queues control, assemble"),
             ("api", ["api"], f"http://{api.host}:{api.port} (OpenAPI: /docs)"),
+            ("grpc", ["grpc"], f"{grpc.grpc_host}:{grpc.grpc_port} (voicelane.v1.Speech)"),
             ("flower", ["flower"], f"http://{flower.flower_host}:{flower.flower_port}"),
         ):
             children.append(Child(name, _spawn(name, args, env, log_dir), where))

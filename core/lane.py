@@ -68,11 +68,17 @@ def owner_key(request_id: str) -> str:
 # Append to a request's output only while this worker owns the request: a worker that was
 # presumed dead and taken over (a long pause, not a crash) can never interleave its output
 # with its successor's.
+# ARGV: owner, maxlen, ttl, then per event: the number of field/value items, the items.
 _APPEND_IF_OWNER = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))
+local i = 4
+while i <= #ARGV do
+  local count = tonumber(ARGV[i])
+  local fields = {}
+  for j = i + 1, i + count do fields[#fields + 1] = ARGV[j] end
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(fields))
+  i = i + count + 1
+end
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[3] * 1000)
 return 1
@@ -261,6 +267,10 @@ class LaneTimings:
     cancel_ttl_s: float = 300.0
 
 
+def _piece(fields: Mapping[bytes, bytes]) -> InputPiece:
+    return InputPiece(InputKind(fields[b"kind"].decode()), fields.get(b"text", b"").decode())
+
+
 def _parse_stream_reply(reply: Any) -> list[tuple[str, dict[bytes, bytes]]]:
     """XREAD/XREADGROUP reply of one stream → [(entry id, fields)]."""
     if not reply:
@@ -335,7 +345,14 @@ class LaneClient:
             name = group.get("name")
             if name in (GROUP, GROUP.encode()):
                 lag = group.get("lag")
-                return int(lag) if lag is not None else 0
+                if lag is not None:
+                    return int(lag)
+                # Redis cannot compute the lag after deletions (trims): count what lies
+                # beyond the last delivered entry instead (bounded: it is a backlog).
+                last = group.get("last-delivered-id", b"0-0")
+                last_id = last.decode() if isinstance(last, bytes) else str(last)
+                waiting = await self.redis.xrange(REQUESTS, min=f"({last_id}", count=1000)
+                return len(waiting or [])
         return 0
 
 
@@ -402,22 +419,31 @@ class LaneWorker:
         self, request_id: str, after_id: str, block_ms: int
     ) -> list[tuple[str, InputPiece]]:
         reply = self.redis.xread({input_key(request_id): after_id}, count=256, block=block_ms)
-        pieces = []
-        for entry_id, fields in _parse_stream_reply(reply):
-            kind = InputKind(fields[b"kind"].decode())
-            text = fields.get(b"text", b"").decode()
-            pieces.append((entry_id, InputPiece(kind, text)))
-        return pieces
+        return [(entry_id, _piece(fields)) for entry_id, fields in _parse_stream_reply(reply)]
+
+    def begin_session(self, request_id: str) -> list[tuple[str, InputPiece]]:
+        """Take ownership, beat once and read the input so far: one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(owner_key(request_id), self.consumer, ex=int(self.timings.output_ttl_s))
+        pipe.set(
+            heartbeat_key(request_id), self.consumer, px=int(self.timings.heartbeat_ttl_s * 1000)
+        )
+        pipe.xrange(input_key(request_id))
+        _, _, entries = pipe.execute()
+        return [(entry_id.decode(), _piece(fields)) for entry_id, fields in entries]
 
     def take_ownership(self, request_id: str) -> None:
         """From now on only this worker may write the request's output."""
         self.redis.set(owner_key(request_id), self.consumer, ex=int(self.timings.output_ttl_s))
 
-    def append_output(self, request_id: str, event: OutputEvent) -> bool:
-        """Append an event; False if another worker owns the request now (stop serving it)."""
-        flat: list[bytes | str] = []
-        for name, value in event.to_fields().items():
-            flat += [name, value]
+    def append_output(self, request_id: str, *events: OutputEvent) -> bool:
+        """Append events (one round trip); False if another worker owns the request now."""
+        flat: list[bytes | str | int] = []
+        for event in events:
+            fields = event.to_fields()
+            flat.append(2 * len(fields))
+            for name, value in fields.items():
+                flat += [name, value]
         return bool(
             self._append(
                 keys=[owner_key(request_id), output_key(request_id)],

@@ -45,6 +45,8 @@ class RealtimeSettings(BaseModel):
     lookahead_s: float = Field(3.0, ge=0)
     """Workers submit the next sentence while less than this much audio is ahead of
     playback: real-time work stays just ahead of the listener, leaving the GPU to batch work."""
+    encode_ahead_s: float = Field(0.5, ge=0)
+    """Resampling and Opus encoding run at most this far ahead of playback."""
     frames_per_chunk: int = Field(5, ge=1)
     """Opus packets (20 ms each) per AudioChunk message, once the first chunk is out."""
     opus_bitrate_bps: int = Field(32000, ge=6000, le=510000)
@@ -108,6 +110,9 @@ class LaneSettings(BaseSettings):
     reconcile_interval_s: float = Field(2.0, gt=0)
     callback_timeout_s: float = Field(5.0, gt=0)
     callback_max_attempts: int = Field(5, ge=1)
+    max_stream_text_chars: int = Field(20_000, ge=1)
+    """Longest text one real-time stream may speak (in total, for Converse)."""
+    realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
 
 
 class WorkerSettings(LaneSettings):
@@ -119,7 +124,6 @@ class WorkerSettings(LaneSettings):
     """Celery threads: chunks rendered at once, all feeding the one batcher."""
     queues: str = "render"
     batcher: BatcherSettings = Field(default_factory=BatcherSettings)
-    realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     realtime_enabled: bool = True
     """A render worker also serves the real-time lane (its stream requests)."""
 
@@ -151,11 +155,8 @@ class GrpcSettings(LaneSettings):
     grpc_port: int = Field(50051, ge=1, le=65535)
     api_keys: str | None = None
     """The same ``tenant:key,...`` as the REST API; required unless dev_mode."""
-    max_stream_text_chars: int = Field(20_000, ge=1)
-    """Longest text one stream may speak (Synthesize) or receive in total (Converse)."""
     max_message_bytes: int = Field(1024 * 1024, ge=1024)
     max_concurrent_rpcs: int = Field(1000, ge=1)
     keepalive_time_s: float = Field(30.0, gt=0)
     keepalive_timeout_s: float = Field(10.0, gt=0)
     shutdown_grace_s: float = Field(5.0, ge=0)
-    realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)

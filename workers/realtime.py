@@ -35,6 +35,7 @@ from core.errors import ShuttingDownError, VoicelaneError, grpc_status_name
 from core.lane import (
     EventKind,
     InputKind,
+    InputPiece,
     LaneWorker,
     OutputEvent,
     StreamRequest,
@@ -50,10 +51,28 @@ log = logging.getLogger(__name__)
 FRAME_MS = 20
 _READ_BLOCK_MS = 100
 _POLL_S = 0.02
+_CANCEL_CHECK_S = 0.05
 
 
 class _SupersededError(Exception):
     """Another worker owns the request now: stop without writing anything more."""
+
+
+FIRST_SLICE_S = 0.04
+SLICE_S = 0.2
+
+
+def _slices(pcm: PcmF32, rate_hz: int, started: bool) -> Iterator[PcmF32]:
+    """An engine chunk in short pieces, so the first packet is out before the rest is
+    resampled and encoded (an engine may hand over a whole sentence at once)."""
+    position = 0
+    if not started:
+        first = int(rate_hz * FIRST_SLICE_S)
+        yield pcm[:first]
+        position = first
+    step = int(rate_hz * SLICE_S)
+    for start in range(position, len(pcm), step):
+        yield pcm[start : start + step]
 
 
 class _Packetizer:
@@ -159,6 +178,8 @@ class Session:
         self.settings = consumer.settings
         self.batcher = consumer.batcher
         self._started_at: float | None = None
+        self._held: list[OutputEvent] = []
+        self._first_input: list[tuple[str, InputPiece]] = []
         self.done = threading.Event()
 
     # ------------------------------------------------------------------ entry point
@@ -191,14 +212,21 @@ class Session:
             self._append(OutputEvent(EventKind.ERROR, code=code, text=message))
 
     def _append(self, event: OutputEvent) -> None:
-        if not self.lane.append_output(self.request.request_id, event):
+        """Append ``event`` (and any held captions before it, in the same round trip)."""
+        events = [*self._held, event]
+        self._held = []
+        if not self.lane.append_output(self.request.request_id, *events):
             raise _SupersededError
+
+    def _hold(self, event: OutputEvent) -> None:
+        """A caption waits for its sentence's first audio: one round trip, not two."""
+        self._held.append(event)
 
     # ------------------------------------------------------------------ serving
     def _serve(self) -> None:
         request = self.request
         rid = request.request_id
-        self.lane.take_ownership(rid)
+        self._first_input = self.lane.begin_session(rid)
         resume = self._resume_point() if self.takeover else _Resume()
         if resume.ended:
             return
@@ -216,9 +244,9 @@ class Session:
         for sentence in self._sentences():
             if sentence.index < resume.next_sentence:
                 continue
-            self._pace(out.produced_ms)
+            self._pace(out.produced_ms, self.settings.lookahead_s)
             seg = sentence.segment
-            self._append(
+            self._hold(
                 OutputEvent(
                     EventKind.CAPTION,
                     seq=out.seq,
@@ -230,7 +258,11 @@ class Session:
                 )
             )
             for pcm in self._speak(seg.text):
-                out.add(encoder.encode(resampler.process(pcm)), sentence.index)
+                for piece in _slices(pcm, self.batcher.engine.sample_rate_hz, out.first_sent):
+                    # Encode just ahead of playback: leaves the CPU to other streams' first
+                    # packets instead of encoding a whole sentence nobody hears yet.
+                    self._pace(out.produced_ms, self.settings.encode_ahead_s)
+                    out.add(encoder.encode(resampler.process(piece)), sentence.index)
             out.add(encoder.encode(resampler.flush()), sentence.index)
             out.drain(sentence.index, final=True)
         out.add(encoder.flush(), -1)
@@ -282,16 +314,18 @@ class Session:
         if self.lane.cancelled(self.request.request_id):
             raise _CancelledError("cancelled by the client")
 
-    def _pace(self, produced_pts_ms: int) -> None:
-        """Wait while more than ``lookahead_s`` of audio is ahead of playback."""
+    def _pace(self, produced_pts_ms: int, ahead_s: float) -> None:
+        """Wait while more than ``ahead_s`` of audio is ahead of playback (1x from the first
+        packet), checking the cancel mark at least every ``_CANCEL_CHECK_S``."""
         if self._started_at is None:
             return
         while True:
             played_ms = (time.monotonic() - self._started_at) * 1000
-            if produced_pts_ms - played_ms < self.settings.lookahead_s * 1000:
+            excess_s = (produced_pts_ms - played_ms) / 1000 - ahead_s
+            if excess_s < 0:
                 return
             self._check_cancelled()
-            time.sleep(_POLL_S)
+            time.sleep(min(excess_s + 0.001, _CANCEL_CHECK_S))
 
     def _sentences(self) -> Iterator[_Sentence]:
         """Sentences as the request's text arrives: complete ones first, the rest at the end."""
@@ -299,10 +333,13 @@ class Session:
         after = "0"
         index = 0
         while True:
-            self._check_cancelled()
-            if self.request.expired:
-                raise _DeadlineExceededError("deadline passed")
-            pieces = self.lane.read_input(self.request.request_id, after, _READ_BLOCK_MS)
+            if self._first_input:
+                pieces, self._first_input = self._first_input, []
+            else:
+                self._check_cancelled()
+                if self.request.expired:
+                    raise _DeadlineExceededError("deadline passed")
+                pieces = self.lane.read_input(self.request.request_id, after, _READ_BLOCK_MS)
             for entry_id, piece in pieces:
                 after = entry_id
                 text_piece = piece.kind is InputKind.TEXT
@@ -389,7 +426,6 @@ class RealtimeConsumer:
             if entry_id in self._sessions:
                 return
             self._sessions[entry_id] = session
-        self.lane.session_heartbeat(request.request_id)
         thread = threading.Thread(
             target=session.run, name=f"rt-{request.request_id[:8]}", daemon=True
         )

@@ -20,9 +20,9 @@ from typing import TypeVar
 
 import httpx
 
-T = TypeVar("T")
-
 from core.redis_server import free_port
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEYS = "acme:acme-key-0001,other:other-key-0002"
@@ -40,6 +40,20 @@ def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.02)
+
+
+def grpc_serving(target: str) -> bool:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
+                health_pb2.HealthCheckRequest(service=""), timeout=1
+            )
+        except grpc.RpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 @dataclass
@@ -80,6 +94,7 @@ class Lane:
     procs: list[Proc] = field(default_factory=list)
     api_port: int = 0
     flower_port: int = 0
+    grpc_port: int = 0
 
     @property
     def env(self) -> dict[str, str]:
@@ -156,6 +171,35 @@ class Lane:
 
         wait_for(answers, 60, "Flower to answer")
         return proc
+
+    def grpc(self) -> Proc:
+        """The gRPC front; ready once its health service answers SERVING."""
+        self.grpc_port = free_port()
+        proc = self.spawn("grpc", "grpc", "--port", str(self.grpc_port))
+
+        def serving() -> bool:
+            if not proc.alive():
+                raise AssertionError(f"grpc exited:\n{proc.tail()}")
+            return grpc_serving(self.grpc_target)
+
+        wait_for(serving, 60, "the gRPC front to serve")
+        return proc
+
+    def wait_realtime_workers(self, count: int = 1, timeout_s: float = 60) -> None:
+        """Until ``count`` workers report real-time capacity (their consumers run)."""
+        import redis
+
+        from core.lane import WORKERS
+
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            wait_for(lambda: client.hlen(WORKERS) >= count, timeout_s, "real-time workers")
+        finally:
+            client.close()
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def api_url(self) -> str:

@@ -1,0 +1,154 @@
+"""The thin gRPC front of the real-time lane: ``voicelane grpc`` (port 50051).
+
+The server runs ``voicelane.v1.Speech`` (:class:`api.grpc_service.SpeechService`) behind the
+API-key interceptor (:mod:`api.grpc_auth`), the ``grpc.health.v1`` health service
+(``SERVING``; ``NOT_SERVING`` while shutting down) and server reflection. It stops gracefully
+on SIGTERM/SIGINT: health goes ``NOT_SERVING``, streams in flight get
+``shutdown_grace_s`` to finish. ``docs/grpc.md`` is the contract in prose.
+
+Entry points: :func:`serve` (async, for tests and embedding) and :func:`run_grpc` (blocking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from api.auth import ApiKeys
+from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
+from api.grpc_auth import AuthInterceptor
+from api.grpc_params import MIN_USEFUL_DEADLINE_S
+from api.grpc_service import SERVICE_NAME, SpeechService, tenant_key
+from api.voices import VoiceRegistry
+from core.lane import LaneClient
+from core.settings import GrpcSettings
+
+__all__ = [
+    "SERVICE_NAME",
+    "Front",
+    "SpeechService",
+    "run_grpc",
+    "serve",
+    "server_options",
+    "start_front",
+    "stop_front",
+    "tenant_key",
+]
+
+log = logging.getLogger(__name__)
+
+MIN_CLIENT_PING_INTERVAL_MS = 5000
+"""Clients may send keepalive pings this often; more often is answered with GOAWAY."""
+
+
+def server_options(settings: GrpcSettings) -> list[tuple[str, int]]:
+    keepalive_time_ms = round(settings.keepalive_time_s * 1000)
+    return [
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.keepalive_time_ms", keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", round(settings.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", keepalive_time_ms),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+@dataclass
+class Front:
+    """A started server and what its shutdown needs."""
+
+    server: grpc.aio.Server
+    service: SpeechService
+    health: grpc_health.aio.HealthServicer
+    port: int
+
+
+async def start_front(
+    settings: GrpcSettings, lane: LaneClient, *, min_deadline_s: float = MIN_USEFUL_DEADLINE_S
+) -> Front:
+    keys = ApiKeys.from_settings(settings.api_keys, dev_mode=settings.dev_mode)
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(keys)],
+        options=server_options(settings),
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
+    )
+    voices = VoiceRegistry(lane.redis, settings.engine)
+    service = SpeechService(settings, lane, voices, min_deadline_s=min_deadline_s)
+    pb_grpc.add_SpeechServicer_to_server(service, server)
+    health = grpc_health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, grpc_health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
+    await server.start()
+    log.info("gRPC front listening on %s:%d", settings.grpc_host, port)
+    return Front(server, service, health, port)
+
+
+async def stop_front(front: Front, grace_s: float) -> None:
+    """NOT_SERVING, then ``grace_s`` for the streams in flight, then stop."""
+    await front.health.enter_graceful_shutdown()
+    front.service.draining = True
+    await front.server.stop(grace_s)
+    await front.service.wait_background()
+    log.info("gRPC front stopped")
+
+
+async def serve(
+    settings: GrpcSettings,
+    *,
+    lane: LaneClient | None = None,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the front until SIGTERM/SIGINT (or ``stop`` is set, or the task is cancelled)."""
+    own_lane = lane is None
+    lane = lane or LaneClient.from_url(settings.redis_url, settings.realtime.timings())
+    signals = stop is None
+    stop = stop or asyncio.Event()
+    if signals:
+        _on_signals(stop)
+    try:
+        front = await start_front(settings, lane)
+        if ready is not None:
+            ready.set()
+        try:
+            await stop.wait()
+        finally:
+            await stop_front(front, settings.shutdown_grace_s)
+    finally:
+        if signals:
+            _on_signals(None)
+        if own_lane:
+            await lane.close()
+
+
+def _on_signals(stop: asyncio.Event | None) -> None:
+    """SIGTERM/SIGINT set ``stop`` (``None``: back to the defaults). Main thread only."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            if stop is None:
+                loop.remove_signal_handler(sig)
+            else:
+                loop.add_signal_handler(sig, stop.set)
+
+
+def run_grpc(settings: GrpcSettings) -> None:
+    """``voicelane grpc``: serve until SIGTERM/SIGINT, then stop gracefully."""
+    asyncio.run(serve(settings))
