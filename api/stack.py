@@ -74,6 +74,38 @@ def _wait_ready(url: str, timeout_s: float, children: list[Child]) -> None:
     raise RuntimeError(f"{url} not ready after {timeout_s:.0f} s")
 
 
+def _wait_realtime(
+    redis_url: str, grpc_target: str, timeout_s: float, children: list[Child]
+) -> None:
+    """Until the gRPC front serves and a GPU worker reports real-time capacity."""
+    import redis
+    from grpc import insecure_channel
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from core.lane import WORKERS
+
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            for child in children:
+                if child.process.poll() is not None:
+                    raise RuntimeError(f"{child.name} exited with {child.process.returncode}")
+            if client.hlen(WORKERS) > 0:
+                with insecure_channel(grpc_target) as channel:
+                    stub = health_pb2_grpc.HealthStub(channel)
+                    try:
+                        reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)  # type: ignore[attr-defined]
+                        if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                            return
+                    except Exception:
+                        pass
+            time.sleep(0.2)
+    finally:
+        client.close()
+    raise RuntimeError(f"the real-time lane was not ready after {timeout_s:.0f} s")
+
+
 def _stop(children: list[Child], timeout_s: float = 20.0) -> None:
     for child in reversed(children):
         if child.process.poll() is None:
@@ -131,6 +163,7 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
         ):
             children.append(Child(name, _spawn(name, args, env, log_dir), where))
         _wait_ready(f"http://{api.host}:{api.port}/readyz", 60, children)
+        _wait_realtime(api.redis_url, f"{grpc.grpc_host}:{grpc.grpc_port}", 60, children)
         print(f"redis       {api.redis_url}{' (started here)' if redis_server else ''}")
         for child in children:
             print(f"{child.name:11} {child.where}")

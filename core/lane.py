@@ -407,13 +407,27 @@ class LaneWorker:
         return claimed
 
     def refresh(self, entry_ids: Sequence[str]) -> None:
-        """Heartbeat: reset the idle time of the requests this worker is serving."""
+        """Reset the idle time of the requests this worker is serving."""
         if entry_ids:
             self.redis.xclaim(REQUESTS, GROUP, self.consumer, 0, list(entry_ids), justid=True)
 
     def session_heartbeat(self, request_id: str) -> None:
         ttl_ms = int(self.timings.heartbeat_ttl_s * 1000)
         self.redis.set(heartbeat_key(request_id), self.consumer, px=ttl_ms)
+
+    def heartbeat(self, sessions: Sequence[tuple[str, str]], free_slots: int) -> None:
+        """One round trip for everything alive: reset the idle time of the requests this
+        worker serves (``(entry id, request id)`` pairs), refresh their session heartbeats
+        and report the free real-time slots."""
+        ttl_ms = int(self.timings.heartbeat_ttl_s * 1000)
+        pipe = self.redis.pipeline(transaction=False)
+        if sessions:
+            entry_ids: list[Any] = [entry_id for entry_id, _ in sessions]
+            pipe.xclaim(REQUESTS, GROUP, self.consumer, 0, entry_ids, justid=True)
+        for _, request_id in sessions:
+            pipe.set(heartbeat_key(request_id), self.consumer, px=ttl_ms)
+        pipe.hset(WORKERS, self.consumer, json.dumps({"free": free_slots, "ts": time.time()}))
+        pipe.execute()
 
     def read_input(
         self, request_id: str, after_id: str, block_ms: int

@@ -6,22 +6,29 @@ cd "$(dirname "$0")/.."
 mkdir -p out
 pidfile=out/stack.pid
 api=${VOICELANE_SERVER:-http://127.0.0.1:8000}
-ready() { .venv/bin/python -c "import httpx, sys; sys.exit(httpx.get('$api/readyz', timeout=2).status_code != 200)" 2>/dev/null; }
+# `voicelane up` prints its last line once every part answers (API, gRPC, a real-time worker).
+ready() { grep -q "Ctrl-C stops everything" out/stack.log 2>/dev/null; }
 
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "stack already running (pid $(cat "$pidfile"))"
 else
-    echo "starting the stack (redis, gpu worker, cpu worker, api, flower); log: out/stack.log"
+    echo "starting the stack (redis, gpu worker, cpu worker, api, grpc, flower); log: out/stack.log"
     nohup .venv/bin/voicelane up --state-dir .voicelane --pidfile "$pidfile" >out/stack.log 2>&1 &
-    for _ in $(seq 1 150); do
+    for _ in $(seq 1 450); do
         if ready; then break; fi
         if ! kill -0 $! 2>/dev/null; then echo "the stack failed to start:"; tail -20 out/stack.log; exit 1; fi
         sleep 0.2
     done
-    ready || { echo "the API did not become ready"; tail -20 out/stack.log; exit 1; }
+    ready || { echo "the stack did not become ready"; tail -20 out/stack.log; exit 1; }
 fi
-VOICELANE_API_KEY=${VOICELANE_API_KEY:-demo-key} \
-    .venv/bin/voicelane jobs submit examples/sample.txt --server "$api" -o out/sample-job.ogg
+export VOICELANE_API_KEY=${VOICELANE_API_KEY:-demo-key}
+echo "== batch lane: the sample text as a job over REST"
+.venv/bin/voicelane jobs submit examples/sample.txt --server "$api" -o out/sample-job.ogg
 echo
-echo "The stack keeps running: API $api/docs (key demo-key), Flower http://127.0.0.1:5555 (admin:admin)."
+echo "== real-time lane: one sentence streamed through the gRPC front"
+.venv/bin/voicelane say "Hello from the real-time lane of voicelane. 你好！" \
+    --server "${VOICELANE_GRPC:-127.0.0.1:50051}" -o out/stream.wav
+echo
+echo "The stack keeps running: API $api/docs (key demo-key), gRPC ${VOICELANE_GRPC:-127.0.0.1:50051},"
+echo "Flower http://127.0.0.1:5555 (admin:admin)."
 echo "make stop stops it."

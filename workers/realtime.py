@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from core.audio import OpusStreamEncoder, StreamResampler
@@ -388,6 +389,9 @@ class RealtimeConsumer:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="realtime-claims", daemon=True)
+        # Threads made up front: starting a thread waits for it to get the GIL once, which
+        # under load costs milliseconds per new session.
+        self._pool = ThreadPoolExecutor(settings.slots_per_worker, thread_name_prefix="rt")
 
     @property
     def free_slots(self) -> int:
@@ -395,6 +399,10 @@ class RealtimeConsumer:
             return self.settings.slots_per_worker - len(self._sessions)
 
     def start(self) -> RealtimeConsumer:
+        ready = threading.Barrier(self.settings.slots_per_worker + 1)
+        for _ in range(self.settings.slots_per_worker):
+            self._pool.submit(ready.wait)
+        ready.wait()
         self.lane.ensure_group()
         self.lane.report_capacity(self.free_slots)
         self._thread.start()
@@ -407,6 +415,7 @@ class RealtimeConsumer:
             sessions = list(self._sessions.values())
         for session in sessions:
             session.done.wait(timeout_s)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         try:
             self.lane.withdraw()
         except Exception:
@@ -426,10 +435,7 @@ class RealtimeConsumer:
             if entry_id in self._sessions:
                 return
             self._sessions[entry_id] = session
-        thread = threading.Thread(
-            target=session.run, name=f"rt-{request.request_id[:8]}", daemon=True
-        )
-        thread.start()
+        self._pool.submit(session.run)
 
     def _run(self) -> None:
         timings = self.lane.timings
@@ -461,8 +467,5 @@ class RealtimeConsumer:
 
     def _heartbeat(self) -> None:
         with self._lock:
-            sessions = list(self._sessions.values())
-        self.lane.refresh([s.entry_id for s in sessions])
-        for session in sessions:
-            self.lane.session_heartbeat(session.request.request_id)
-        self.lane.report_capacity(self.free_slots)
+            alive = [(s.entry_id, s.request.request_id) for s in self._sessions.values()]
+        self.lane.heartbeat(alive, self.free_slots)
