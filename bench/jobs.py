@@ -69,12 +69,15 @@ def s3_env() -> Iterator[dict[str, str]]:
         }
 
 
-def lane_run(job_texts: list[str], directory: Path, env: dict[str, str]) -> tuple[float, float]:
+def lane_run(
+    job_texts: list[str], directory: Path, env: dict[str, str], cpu_workers: int
+) -> tuple[float, float]:
     redis_server = RedisServer(directory / "redis").start()
     lane = Lane(directory / "lane", redis_server.url, env_overrides=env)
     try:
         lane.gpu_worker()
-        lane.cpu_worker()
+        for n in range(cpu_workers):
+            lane.cpu_worker(f"cpu{n}")
         lane.api()
         with lane.client() as client:
             client.post("/v1/jobs", json={"text": "warm up."})  # workers connected and loaded
@@ -102,29 +105,35 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--characters", type=int, default=5000)
     parser.add_argument("--storage", choices=("local", "s3"), default="local")
+    parser.add_argument(
+        "--cpu-workers", type=int, nargs="+", default=[1, 2], help="lane layouts to measure"
+    )
     args = parser.parse_args()
     job_texts = texts(args.jobs, args.characters)
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         env = stack.enter_context(s3_env()) if args.storage == "s3" else {}
         base_wall, base_audio = embedded(job_texts, Path(tmp))
-        lane_wall, lane_audio = lane_run(job_texts, Path(tmp), env)
+        lanes = [
+            (n, *lane_run(job_texts, Path(tmp) / f"lane{n}", env, n)) for n in args.cpu_workers
+        ]
     base_rate = base_audio / base_wall
-    lane_rate = lane_audio / lane_wall
     print(
         f"{args.jobs} jobs x {args.characters:,} characters, Ogg/Opus 24 kHz, "
         f"storage {args.storage}\n"
     )
-    print("| path | wall s | audio s | audio s per wall s |")
-    print("|---|---:|---:|---:|")
+    print("| path | wall s | audio s | audio s per wall s | lane overhead |")
+    print("|---|---:|---:|---:|---:|")
     print(
         f"| embedded render, one after another (baseline) | {base_wall:.2f} | {base_audio:.1f} "
-        f"| {base_rate:.0f} |"
+        f"| {base_rate:.0f} | — |"
     )
-    print(
-        f"| batch lane: REST → Celery → GPU worker → storage → assembly | {lane_wall:.2f} "
-        f"| {lane_audio:.1f} | {lane_rate:.0f} |"
-    )
-    print(f"\nlane overhead: {1 - lane_rate / base_rate:+.1%} (target <= 15%)")
+    for cpu_workers, lane_wall, lane_audio in lanes:
+        lane_rate = lane_audio / lane_wall
+        print(
+            f"| batch lane, 1 GPU worker + {cpu_workers} CPU worker(s) | {lane_wall:.2f} "
+            f"| {lane_audio:.1f} | {lane_rate:.0f} | {1 - lane_rate / base_rate:+.1%} |"
+        )
+    print("\nlane overhead = 1 - lane rate / embedded rate (target <= 15%)")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def main() -> None:
         lane = Lane(
             Path(tmp) / "lane",
             redis_server.url,
-            env_overrides={"VOICELANE_REALTIME__SLOTS_PER_WORKER": str(args.streams + 28)},
+            env_overrides={"VOICELANE_REALTIME__SLOTS_PER_WORKER": str(2 * args.streams + 28)},
         )
         try:
             lane.gpu_worker()

@@ -135,10 +135,10 @@ def main() -> None:
         lane = Lane(
             Path(tmp) / "lane",
             redis_server.url,
-            env_overrides={"VOICELANE_REALTIME__SLOTS_PER_WORKER": "128"},
+            env_overrides={"VOICELANE_REALTIME__SLOTS_PER_WORKER": "256"},
         )
         try:
-            lane.gpu_worker("gpu", concurrency=16)
+            lane.gpu_worker("gpu")  # default concurrency (4 chunk threads for espeak)
             lane.grpc()
             lane.wait_realtime_workers()
             rows = []

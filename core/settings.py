@@ -120,12 +120,17 @@ class WorkerSettings(LaneSettings):
     CPU side (``--queues control,assemble``) without an engine."""
 
     device: str = "cpu"
-    concurrency: int = Field(16, ge=1)
-    """Celery threads: chunks rendered at once, all feeding the one batcher."""
+    concurrency: int | None = Field(None, ge=1)
+    """Celery threads: chunks rendered at once, all feeding the one batcher. None: 16 for an
+    engine that batches, 4 for one that renders one utterance at a time (espeak) — more
+    threads would only compete with real-time sessions for the process's CPU."""
     queues: str = "render"
     batcher: BatcherSettings = Field(default_factory=BatcherSettings)
     realtime_enabled: bool = True
     """A render worker also serves the real-time lane (its stream requests)."""
+    gil_switch_interval_s: float = Field(0.001, ge=0)
+    """``sys.setswitchinterval`` of a render worker (Python's default is 0.005): how long a
+    busy thread may keep the GIL from a real-time session that woke up. 0: leave it."""
 
 
 class ApiSettings(LaneSettings):

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 
 from core.ledger import Ledger
@@ -67,6 +68,13 @@ def build_context(settings: WorkerSettings, *, with_engine: bool, name: str) -> 
     return ctx
 
 
+def default_concurrency(ctx: LaneContext) -> int:
+    """Chunk threads when not configured: enough to fill the batcher's batches."""
+    if ctx.batcher is None:
+        return 16  # CPU side: assembly, planning, callbacks
+    return 4 if ctx.batcher.max_batch == 1 else 16
+
+
 def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     """Run a Celery worker (threads pool) on ``settings.queues`` until it is stopped."""
     from workers import tasks  # noqa: F401 - registers the tasks
@@ -78,6 +86,10 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
         raise ValueError(f"unknown queues: {', '.join(sorted(unknown))}")
     kind = "gpu" if RENDER_QUEUE in queues else "cpu"
     name = hostname or f"{kind}-{os.getpid()}@{socket.gethostname()}"
+    if kind == "gpu" and settings.gil_switch_interval_s:
+        # Real-time sessions wake up for I/O and must get the GIL back quickly from the
+        # chunk threads' numpy work: Python's default 5 ms hand-over adds up per packet.
+        sys.setswitchinterval(settings.gil_switch_interval_s)
     app = configure(settings)
     ctx = build_context(settings, with_engine=RENDER_QUEUE in queues, name=name)
     set_context(ctx)
@@ -86,7 +98,7 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
         worker = app.Worker(
             hostname=name,
             pool_cls="threads",
-            concurrency=settings.concurrency,
+            concurrency=settings.concurrency or default_concurrency(ctx),
             queues=queues,
             loglevel="INFO",
             task_events=True,

@@ -133,10 +133,9 @@ class Lane:
         self.procs.append(proc)
         return proc
 
-    def gpu_worker(self, name: str = "gpu", concurrency: int = 4) -> Proc:
-        return self.spawn(
-            name, "worker", "--concurrency", str(concurrency), "--hostname", f"{name}@test"
-        )
+    def gpu_worker(self, name: str = "gpu", concurrency: int | None = None) -> Proc:
+        threads = ["--concurrency", str(concurrency)] if concurrency else []
+        return self.spawn(name, "worker", *threads, "--hostname", f"{name}@test")
 
     def cpu_worker(self, name: str = "cpu") -> Proc:
         return self.spawn(
