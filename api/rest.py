@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,8 +22,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import ApiKeys
 from api.speech_http import StreamFronts, install_stream_routes
+from api.voices import VoiceRegistry
 from core.audio import format_from_name, validate_sample_rate
 from core.errors import InvalidInputError, TextTooLargeError, VoicelaneError, http_status
+from core.lane import LaneClient
 from core.ledger import Job, JobNotFoundError, JobOptions, JobState, JobStateError, Ledger
 from core.ledger import job_summary as ledger_job_summary
 from core.settings import ApiSettings
@@ -35,7 +36,6 @@ from workers.celery_app import PLAN_TASK, QUEUES
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[..., None]
-VOICES_KEY = "vl:voices:{engine}"
 AuthHeader = Annotated[str | None, Header(include_in_schema=False)]
 
 
@@ -79,7 +79,8 @@ class ApiState:
     storage: Storage
     enqueue: Enqueue
     link_expiry_s: int
-    voices_cache: tuple[float, frozenset[str]] | None = None
+    lane: LaneClient
+    voices: VoiceRegistry
 
 
 def error_response(error: VoicelaneError | Exception, status: int | None = None) -> JSONResponse:
@@ -115,6 +116,8 @@ def create_app(
         configure(settings)
         enqueue = celery_enqueue
     storage_settings = StorageSettings()
+    # Async Redis for the streaming twins and the voice registry (connects on first use).
+    lane = LaneClient.from_url(settings.redis_url, settings.realtime.timings())
     if storage is None:
         storage = open_storage(storage_settings, dev_mode=settings.dev_mode)
         storage.prepare()
@@ -125,6 +128,8 @@ def create_app(
         storage=storage,
         enqueue=enqueue,
         link_expiry_s=storage_settings.link_expiry_s,
+        lane=lane,
+        voices=VoiceRegistry(lane.redis, settings.engine),
     )
     app = FastAPI(
         title="voicelane",
@@ -137,16 +142,13 @@ def create_app(
 
     async def make_fronts() -> StreamFronts:
         from api.grpc_relay import Admission
-        from api.voices import VoiceRegistry
-        from core.lane import LaneClient
 
-        lane = LaneClient.from_url(settings.redis_url, settings.realtime.timings())
         return StreamFronts(
             settings=settings,
             keys=state.keys,
-            lane=lane,
-            voices=VoiceRegistry(lane.redis, settings.engine),
-            admission=Admission(lane),
+            lane=state.lane,
+            voices=state.voices,
+            admission=Admission(state.lane),
         )
 
     install_stream_routes(app, make_fronts)
@@ -186,7 +188,7 @@ def _install_routes(app: FastAPI, state: ApiState) -> None:
     async def submit_job(request: Request, authorization: AuthHeader = None) -> JSONResponse:
         owner = tenant(authorization)
         body = await _read_job_request(request, settings)
-        options, text = _validate_job(state, body)
+        options, text = _validate_job(state, body, await state.voices.voice_ids())
         job = state.ledger.create(owner, options, text)
         try:
             state.enqueue(PLAN_TASK, job.id)
@@ -246,7 +248,8 @@ def _install_routes(app: FastAPI, state: ApiState) -> None:
     @app.get("/v1/voices", summary="The voices of the workers' engine")
     async def voices(authorization: AuthHeader = None) -> JSONResponse:
         tenant(authorization)
-        return JSONResponse({"engine": settings.engine, "voices": sorted(_voices(state))})
+        known = await state.voices.voice_ids()
+        return JSONResponse({"engine": settings.engine, "voices": sorted(known)})
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:
@@ -329,12 +332,13 @@ def _model(data: dict[str, Any]) -> JobRequest:
         raise InvalidInputError(_validation_message(list(error.errors()))) from None
 
 
-def _validate_job(state: ApiState, body: JobRequest) -> tuple[JobOptions, str]:
+def _validate_job(
+    state: ApiState, body: JobRequest, known: frozenset[str]
+) -> tuple[JobOptions, str]:
     settings = state.settings
     text = check_text(body.text, max_chars=settings.max_text_chars)
     fmt = format_from_name(body.format)
     validate_sample_rate(fmt, body.sample_rate_hz)
-    known = _voices(state)
     if body.voice not in known:
         from core.errors import UnknownVoiceError
 
@@ -350,28 +354,6 @@ def _validate_job(state: ApiState, body: JobRequest) -> tuple[JobOptions, str]:
         callback_url=callback,
     )
     return options, text
-
-
-_VOICES_TTL_S = 10.0
-
-
-def _voices(state: ApiState) -> frozenset[str]:
-    """Voices the workers registered in Redis; espeak's own list before any worker ran."""
-    cached = state.voices_cache
-    if cached is not None and time.monotonic() - cached[0] < _VOICES_TTL_S:
-        return cached[1]
-    engine = state.settings.engine
-    raw = cast(bytes | None, state.ledger.redis.get(VOICES_KEY.format(engine=engine)))
-    if raw is not None:
-        voices = frozenset(json.loads(raw))
-    elif engine == "espeak":
-        from workers.engines import create_engine
-
-        voices = frozenset(v.id for v in create_engine("espeak").voices())
-    else:
-        raise ServiceUnavailableError(f"no {engine} worker has registered its voices yet")
-    state.voices_cache = (time.monotonic(), voices)
-    return voices
 
 
 def _link(state: ApiState, job: Job) -> str:

@@ -21,9 +21,7 @@ from typing import cast
 import redis.asyncio as aredis
 
 from core.errors import VoicelaneError
-
-VOICES_KEY = "vl:voices:{engine}"
-"""Where workers register their voice ids (the same key as ``workers/runtime.py``)."""
+from core.lane import VOICES_KEY
 
 ESPEAK = "espeak"
 DEFAULT_TTL_S = 10.0

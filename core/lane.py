@@ -40,6 +40,8 @@ PREFIX = "vl:rt:"
 REQUESTS = f"{PREFIX}requests"
 GROUP = "workers"
 WORKERS = f"{PREFIX}workers"
+VOICES_KEY = "vl:voices:{engine}"
+"""Where GPU workers register their engine's voice ids (JSON list) for the fronts to check."""
 
 OUTPUT_MAXLEN = 100_000
 """Output entries kept per request (an entry holds up to a few hundred ms of audio)."""

@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 
+from core.lane import VOICES_KEY
 from core.ledger import Ledger
 from core.settings import WorkerSettings
 from core.storage import StorageSettings, open_storage
@@ -25,8 +26,6 @@ log = logging.getLogger(__name__)
 
 _context: LaneContext | None = None
 _context_lock = threading.Lock()
-
-VOICES_KEY = "vl:voices:{engine}"
 
 
 def context() -> LaneContext:

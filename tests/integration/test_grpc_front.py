@@ -26,9 +26,16 @@ from grpc_reflection.v1alpha import reflection_pb2
 from api.gen.voicelane.v1 import speech_pb2 as pb
 from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from api.grpc_front import Front, serve, start_front, stop_front, tenant_key
-from api.voices import VOICES_KEY
 from core.audio import OpusStreamDecoder
-from core.lane import REQUESTS, LaneClient, LaneWorker, StreamRequest, cancel_key, now_ms
+from core.lane import (
+    REQUESTS,
+    VOICES_KEY,
+    LaneClient,
+    LaneWorker,
+    StreamRequest,
+    cancel_key,
+    now_ms,
+)
 from core.redis_server import free_port
 from core.settings import GrpcSettings, RealtimeSettings
 from tests.support.fake_rt_worker import FakeRealtimeWorker, FakeWorkerKnobs
