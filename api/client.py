@@ -35,7 +35,6 @@ import collections
 import contextlib
 import os
 import random
-import secrets
 import statistics
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -50,6 +49,7 @@ import numpy as np
 
 from api.gen.voicelane.v1 import speech_pb2 as pb
 from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
+from core.atomic import atomic_output
 from core.audio.files import AudioFormat, format_from_path, open_writer, validate_sample_rate
 from core.audio.opus import FRAME_DURATION_MS, OpusStreamDecoder
 from core.audio.pcm import PcmF32
@@ -1078,18 +1078,11 @@ def _write_atomically(
     path: Path, fmt: AudioFormat, sample_rate_hz: int, pcm: PcmF32, bitrate_bps: int | None
 ) -> None:
     """Encode to a temporary file beside ``path``, fsync, rename; remove it on any failure."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            with open_writer(file, fmt, sample_rate_hz, bitrate_bps=bitrate_bps) as writer:
-                writer.write(pcm)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    with (
+        atomic_output(path) as part,
+        open_writer(part, fmt, sample_rate_hz, bitrate_bps=bitrate_bps) as writer,
+    ):
+        writer.write(pcm)
 
 
 # ---- sync facade ---------------------------------------------------------------------------

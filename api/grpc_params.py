@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from core.errors import DeadlineExceededError, InvalidInputError, TextTooLargeError
+from core.text_input import BINARY_CONTROL_RATIO, BOM, CONTROL_CHARS
 
 SAMPLE_RATES_HZ = (16000, 24000, 48000)
 DEFAULT_SAMPLE_RATE_HZ = 24000
@@ -22,11 +23,8 @@ MIN_USEFUL_DEADLINE_S = 0.05
 """A call with less time left than this is refused: no audio can arrive in time."""
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # as core.text_input
-_BOM = "\ufeff"
 _CONTROL_ALLOWANCE = 4
 """Control characters a conversation may carry before the 1% rule applies (stray ones)."""
-_BINARY_CONTROL_RATIO = 0.01
 _SHOWN_CHARS = 64
 
 
@@ -93,11 +91,11 @@ class TextFeed:
         if "\x00" in delta:
             raise InvalidInputError("text_delta looks binary (NUL character); expected text")
         if self.chars_received == 0:
-            delta = delta.removeprefix(_BOM)
-        controls = len(_CONTROL.findall(delta))
+            delta = delta.removeprefix(BOM)
+        controls = len(CONTROL_CHARS.findall(delta))
         self.chars_received += len(delta)
         self.control_chars += controls
-        allowed = max(_CONTROL_ALLOWANCE, _BINARY_CONTROL_RATIO * self.chars_received)
+        allowed = max(_CONTROL_ALLOWANCE, BINARY_CONTROL_RATIO * self.chars_received)
         if self.control_chars > allowed:
             raise InvalidInputError(
                 f"text looks binary ({self.control_chars} control characters); expected text"
@@ -106,4 +104,4 @@ class TextFeed:
             raise TextTooLargeError(
                 f"the conversation's text exceeds the limit of {self.max_chars:,} characters"
             )
-        return _CONTROL.sub("", delta) if controls else delta
+        return CONTROL_CHARS.sub("", delta) if controls else delta

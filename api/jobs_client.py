@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from core.atomic import atomic_output
 from core.errors import InvalidInputError, VoicelaneError
 
 FINAL = ("done", "failed", "cancelled")
@@ -73,13 +74,11 @@ class JobsClient:
         with httpx.stream("GET", url, timeout=60.0, follow_redirects=True) as response:
             if response.status_code != 200:
                 raise RemoteError(f"download answered {response.status_code}")
-            part = target.with_name(f".{target.name}.part")
             size = 0
-            with part.open("wb") as handle:
+            with atomic_output(target) as part, part.open("wb") as handle:
                 for block in response.iter_bytes():
                     handle.write(block)
                     size += len(block)
-            part.replace(target)
             return size
 
 

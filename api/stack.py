@@ -74,13 +74,26 @@ def _wait_ready(url: str, timeout_s: float, children: list[Child]) -> None:
     raise RuntimeError(f"{url} not ready after {timeout_s:.0f} s")
 
 
+def grpc_serving(target: str) -> bool:
+    """Whether the gRPC front at ``target`` answers its health check with SERVING."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
+                health_pb2.HealthCheckRequest(service=""), timeout=1
+            )
+        except grpc.RpcError:
+            return False
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
 def _wait_realtime(
     redis_url: str, grpc_target: str, timeout_s: float, children: list[Child]
 ) -> None:
     """Until the gRPC front serves and a GPU worker reports real-time capacity."""
     import redis
-    from grpc import insecure_channel
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from core.lane import WORKERS
 
@@ -91,15 +104,8 @@ def _wait_realtime(
             for child in children:
                 if child.process.poll() is not None:
                     raise RuntimeError(f"{child.name} exited with {child.process.returncode}")
-            if client.hlen(WORKERS) > 0:
-                with insecure_channel(grpc_target) as channel:
-                    stub = health_pb2_grpc.HealthStub(channel)
-                    try:
-                        reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)  # type: ignore[attr-defined]
-                        if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                            return
-                    except Exception:
-                        pass
+            if client.hlen(WORKERS) > 0 and grpc_serving(grpc_target):
+                return
             time.sleep(0.2)
     finally:
         client.close()

@@ -18,9 +18,11 @@ import re
 
 from core.errors import InvalidInputError, TextTooLargeError
 
-_BOM = "\ufeff"
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
-_BINARY_CONTROL_RATIO = 0.01
+BOM = "\ufeff"
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+"""Control characters that cannot be spoken (tab, LF, VT, FF and CR are whitespace)."""
+BINARY_CONTROL_RATIO = 0.01
+"""More control characters than this share of the text: binary, not text."""
 
 
 def decode_text(data: bytes, *, max_chars: int, source: str = "input") -> str:
@@ -41,12 +43,12 @@ def decode_text(data: bytes, *, max_chars: int, source: str = "input") -> str:
 
 def check_text(text: str, *, max_chars: int, source: str = "text") -> str:
     """The same checks for text that arrived already decoded (JSON, command line)."""
-    text = text.removeprefix(_BOM)
-    controls = len(_CONTROL.findall(text))
-    if "\x00" in text or (controls and controls > _BINARY_CONTROL_RATIO * len(text)):
+    text = text.removeprefix(BOM)
+    controls = len(CONTROL_CHARS.findall(text))
+    if "\x00" in text or (controls and controls > BINARY_CONTROL_RATIO * len(text)):
         raise InvalidInputError(f"{source} looks binary ({controls} control characters)")
     if controls:
-        text = _CONTROL.sub("", text)
+        text = CONTROL_CHARS.sub("", text)
     if not text.strip():
         raise InvalidInputError(f"{source} has no text to speak")
     if len(text) > max_chars:

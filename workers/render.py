@@ -12,9 +12,7 @@ into place only when complete: a failed or interrupted render leaves no partial 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -26,8 +24,9 @@ from typing import Protocol
 
 import numpy as np
 
+from core.atomic import atomic_output
 from core.audio import AudioFormat, StreamResampler, open_writer, silence, validate_sample_rate
-from core.errors import DeadlineExceededError, InvalidInputError, OutputError
+from core.errors import DeadlineExceededError, InvalidInputError
 from core.settings import EmbeddedSettings
 from core.text import split_sentences
 from workers.batcher import Batcher, BatcherConfig, Priority
@@ -183,7 +182,7 @@ class EmbeddedRenderer:
         if not segments:
             raise InvalidInputError("text has nothing to speak (no letters or digits)")
         target = Path(output)
-        with _atomic_output(target) as part:
+        with atomic_output(target) as part:
             writer = open_writer(part, fmt, rate_hz, bitrate_bps=settings.opus_bitrate_bps)
             try:
                 pieces = speech_at_rate(
@@ -213,23 +212,3 @@ class EmbeddedRenderer:
             segments=len(segments),
             characters=len(text),
         )
-
-
-@contextlib.contextmanager
-def _atomic_output(target: Path) -> Iterator[Path]:
-    """A temporary path beside ``target``, renamed onto it on success, removed on failure."""
-    if target.is_dir():
-        raise OutputError(f"cannot write {target}: it is a directory")
-    directory = target.parent if str(target.parent) else Path(".")
-    part = directory / f".{target.name}.{secrets.token_hex(6)}.part"
-    try:
-        # O_EXCL: never clobber; mode 0o666 so the umask applies as for any new file.
-        os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    except OSError as error:
-        raise OutputError(f"cannot write {target}: {error.strerror or error}") from None
-    try:
-        yield part
-        os.replace(part, target)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise

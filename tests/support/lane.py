@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import httpx
 
+from api.stack import grpc_serving
 from core.redis_server import free_port
 
 T = TypeVar("T")
@@ -40,20 +41,6 @@ def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.02)
-
-
-def grpc_serving(target: str) -> bool:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    with grpc.insecure_channel(target) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
-                health_pb2.HealthCheckRequest(service=""), timeout=1
-            )
-        except grpc.RpcError:
-            return False
-        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 @dataclass
