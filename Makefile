@@ -65,7 +65,7 @@ compose-check:
 	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p \
 		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
 
-# Regenerate api/gen from proto/ (the generated code is committed).
+# Regenerate core/wire from proto/ (the generated code is committed).
 proto: install
 	scripts/gen-proto.sh
 

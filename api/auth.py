@@ -11,25 +11,11 @@ import hashlib
 import hmac
 import re
 
-from core.errors import VoicelaneError
+from core.errors import AuthError, ConfigError
 
 DEV_KEYS = "demo:demo-key"
 _TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _MIN_KEY_CHARS = 8
-
-
-class AuthError(VoicelaneError):
-    code = "unauthenticated"
-    permanent = True
-    http_status = 401
-    grpc_status = "UNAUTHENTICATED"
-    exit_status = 2
-
-
-class KeyConfigError(VoicelaneError):
-    code = "bad_api_keys"
-    permanent = True
-    exit_status = 2
 
 
 def _digest(key: str) -> bytes:
@@ -46,15 +32,15 @@ class ApiKeys:
                 continue
             tenant, sep, key = entry.partition(":")
             if not sep or not _TENANT.match(tenant):
-                raise KeyConfigError(
+                raise ConfigError(
                     "VOICELANE_API_KEYS entries are tenant:key with a tenant of letters, "
                     "digits, _ or - (up to 64)"
                 )
             if len(key) < _MIN_KEY_CHARS:
-                raise KeyConfigError(f"the key of tenant {tenant!r} is shorter than 8 characters")
+                raise ConfigError(f"the key of tenant {tenant!r} is shorter than 8 characters")
             self._tenants.append((_digest(key), tenant))
         if not self._tenants:
-            raise KeyConfigError("VOICELANE_API_KEYS holds no keys")
+            raise ConfigError("VOICELANE_API_KEYS holds no keys")
 
     @classmethod
     def from_settings(cls, api_keys: str | None, *, dev_mode: bool) -> ApiKeys:
@@ -62,7 +48,7 @@ class ApiKeys:
             return cls(api_keys)
         if dev_mode:
             return cls(DEV_KEYS)
-        raise KeyConfigError("set VOICELANE_API_KEYS (tenant:key,...) or VOICELANE_DEV_MODE=1")
+        raise ConfigError("set VOICELANE_API_KEYS (tenant:key,...) or VOICELANE_DEV_MODE=1")
 
     def tenant_for(self, key: str) -> str:
         """The tenant owning ``key``; AuthError if none does."""

@@ -24,7 +24,7 @@ What it does, in short (the long form, with the reasons, is ``docs/client.md``):
 * **Converse** is never resumed (the wire has no resume for it and its input is not
   replayable); ``UNAVAILABLE`` before the first chunk is retried only while no text was sent.
 * **Errors** — every gRPC failure that is not retried, or whose retries ran out, is a
-  :class:`SpeechError` with the status name.
+  :class:`RemoteError` with the status name.
 * **Figures** — :class:`StreamStats` on every stream.
 """
 
@@ -47,23 +47,23 @@ import grpc
 import grpc.aio
 import numpy as np
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from core.atomic import atomic_output
 from core.audio.files import AudioFormat, format_from_path, open_writer, validate_sample_rate
 from core.audio.opus import FRAME_DURATION_MS, OpusStreamDecoder
 from core.audio.pcm import PcmF32
-from core.errors import InvalidInputError, VoicelaneError
+from core.errors import InvalidInputError, RemoteError
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from api.gen.voicelane.v1.speech_pb2_grpc import SpeechAsyncStub
+    from core.wire.speech_pb2_grpc import SpeechAsyncStub
 
 __all__ = [
     "DEFAULT_SAMPLE_RATE_HZ",
     "ConverseSession",
+    "RemoteError",
     "RetryPolicy",
     "SpeechClient",
-    "SpeechError",
     "StreamStats",
     "SynthesisResult",
     "SynthesisStream",
@@ -88,33 +88,6 @@ _WRITE_ERRORS = (grpc.aio.AioRpcError, asyncio.InvalidStateError)
 
 
 # ---- errors --------------------------------------------------------------------------------
-
-
-class SpeechError(VoicelaneError):
-    """A call of the Speech service failed: ``code`` is the gRPC status name.
-
-    Raised after the client's own retries (if the code is retried at all) are exhausted.
-    ``str(error)`` is ``"CODE: message"``; :attr:`message` is the message alone.
-    """
-
-    _PERMANENT = frozenset(
-        {"INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED",
-         "UNAUTHENTICATED", "FAILED_PRECONDITION", "OUT_OF_RANGE", "UNIMPLEMENTED"}
-    )  # fmt: skip
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message or code.lower().replace("_", " "))
-        # VoicelaneError declares these per class; a SpeechError carries the server's, per call.
-        self.code = code  # type: ignore[misc]
-        self.grpc_status = code  # type: ignore[misc]
-        self.permanent = code in self._PERMANENT  # type: ignore[misc]
-
-    @property
-    def message(self) -> str:
-        return str(self.args[0])
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.message}"
 
 
 # ---- retry policy --------------------------------------------------------------------------
@@ -416,14 +389,14 @@ class _ChannelPool:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise SpeechError("CANCELLED", "the SpeechClient is closed")
+            raise RemoteError("CANCELLED", "the SpeechClient is closed")
 
     async def close(self) -> None:
         self.closed = True
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(SpeechError("CANCELLED", "the SpeechClient was closed"))
+                waiter.set_exception(RemoteError("CANCELLED", "the SpeechClient was closed"))
         await asyncio.gather(*(s.channel.close(grace=None) for s in self.slots))
 
 
@@ -437,8 +410,8 @@ def _cancelled_from_outside() -> bool:
     return task is None or task.cancelling() > 0
 
 
-def _call_cancelled() -> SpeechError:
-    return SpeechError("CANCELLED", "the call was cancelled on this side (client closed?)")
+def _call_cancelled() -> RemoteError:
+    return RemoteError("CANCELLED", "the call was cancelled on this side (client closed?)")
 
 
 # ---- retry timing --------------------------------------------------------------------------
@@ -465,19 +438,19 @@ class _Retrier:
             return None
         left_s = self._deadline - time.monotonic()
         if left_s <= 0:
-            raise SpeechError("DEADLINE_EXCEEDED", "the call's deadline passed")
+            raise RemoteError("DEADLINE_EXCEEDED", "the call's deadline passed")
         return left_s
 
     async def pause(self, code: str, details: str, failures: int) -> None:
-        """Sleep before the next attempt, or raise :class:`SpeechError` if there is none."""
+        """Sleep before the next attempt, or raise :class:`RemoteError` if there is none."""
         if not self.policy.retryable(code):
-            raise SpeechError(code, details)
+            raise RemoteError(code, details)
         if failures >= self.policy.max_attempts:
-            raise SpeechError(code, f"{details} (gave up after {failures} attempts)")
+            raise RemoteError(code, f"{details} (gave up after {failures} attempts)")
         delay_s = self.policy.backoff_s(failures)
         left_s = self.remaining_s()
         if left_s is not None and delay_s >= left_s:
-            raise SpeechError(code, f"{details} (the deadline leaves no time to retry)")
+            raise RemoteError(code, f"{details} (the deadline leaves no time to retry)")
         self.stats.backoff_s += delay_s
         await asyncio.sleep(delay_s)
 
@@ -488,7 +461,7 @@ class _Retrier:
             async with asyncio.timeout(self.remaining_s()):
                 lease = await pool.acquire()
         except TimeoutError:
-            raise SpeechError(
+            raise RemoteError(
                 "DEADLINE_EXCEEDED", "the deadline passed while waiting for a free stream slot"
             ) from None
         self.stats.slot_wait_s = time.monotonic() - waited_from
@@ -610,9 +583,9 @@ class _Synthesis:
             code, details = error.code().name, error.details() or ""
         resuming = self._last_seq is not None
         if resuming and code == "NOT_FOUND":
-            raise SpeechError(code, f"the stream cannot be resumed, its output expired: {details}")
+            raise RemoteError(code, f"the stream cannot be resumed, its output expired: {details}")
         if resuming and not self._request_id and self._retrier.policy.retryable(code):
-            raise SpeechError(code, f"{details} (cannot resume: the server sent no request_id)")
+            raise RemoteError(code, f"{details} (cannot resume: the server sent no request_id)")
         await self._retrier.pause(code, details, failures)
         if resuming:
             self.stats.resumes += 1
@@ -659,8 +632,8 @@ class ConverseSession:
         self._open_lock = asyncio.Lock()
         self._lock = asyncio.Lock()  # writes, and replacing the call
         self._replaced = asyncio.Event()  # set when the current call is replaced or failed
-        self._queue: asyncio.Queue[pb.AudioChunk | SpeechError | None] = asyncio.Queue()
-        self._write_error: SpeechError | None = None  # once set, writes raise it
+        self._queue: asyncio.Queue[pb.AudioChunk | RemoteError | None] = asyncio.Queue()
+        self._write_error: RemoteError | None = None  # once set, writes raise it
         self._text_sent = False
         self._ended = False
         self._exhausted = False
@@ -672,7 +645,7 @@ class ConverseSession:
         """Take a pool slot and start the call (idempotent)."""
         async with self._open_lock:
             if self._closed:
-                raise SpeechError("CANCELLED", "the session is closed")
+                raise RemoteError("CANCELLED", "the session is closed")
             if self._reader is not None:
                 return
             self._lease = await self._retrier.acquire(self._pool)
@@ -695,7 +668,7 @@ class ConverseSession:
         if self._call is not None:
             self._call.cancel()
         self._release()
-        closed = SpeechError("CANCELLED", "the session was closed")
+        closed = RemoteError("CANCELLED", "the session was closed")
         self._refuse_writes(closed)
         self._queue.put_nowait(closed)  # wakes a reader of the session; unseen after the end
 
@@ -720,7 +693,7 @@ class ConverseSession:
     # -- sending
 
     async def send(self, text_delta: str) -> None:
-        """More text. Raises :class:`SpeechError` once the session failed."""
+        """More text. Raises :class:`RemoteError` once the session failed."""
         await self._write(pb.ConverseRequest(text_delta=text_delta), is_text=True)
 
     async def flush(self) -> None:
@@ -803,9 +776,9 @@ class ConverseSession:
                         continue
                     return
                 self._queue.put_nowait(None)
-                self._refuse_writes(SpeechError("FAILED_PRECONDITION", "the conversation is over"))
+                self._refuse_writes(RemoteError("FAILED_PRECONDITION", "the conversation is over"))
                 return
-        except SpeechError as exc:  # the deadline passed between attempts
+        except RemoteError as exc:  # the deadline passed between attempts
             self._fail(exc)
         except asyncio.CancelledError:
             if _cancelled_from_outside():
@@ -820,11 +793,11 @@ class ConverseSession:
         async with self._lock:  # a text write in progress marks the text sent first
             replayable = not self._text_sent and self.stats.chunks == 0
         if not replayable:
-            self._fail(SpeechError(code, details))
+            self._fail(RemoteError(code, details))
             return False
         try:
             await self._retrier.pause(code, details, failures)
-        except SpeechError as exc:
+        except RemoteError as exc:
             self._fail(exc)
             return False
         async with self._lock:
@@ -834,11 +807,11 @@ class ConverseSession:
             self._replaced = asyncio.Event()
         return True
 
-    def _fail(self, error: SpeechError) -> None:
+    def _fail(self, error: RemoteError) -> None:
         self._refuse_writes(error)
         self._queue.put_nowait(error)
 
-    def _refuse_writes(self, error: SpeechError) -> None:
+    def _refuse_writes(self, error: RemoteError) -> None:
         if self._write_error is None:
             self._write_error = error
         self._replaced.set()
@@ -924,7 +897,7 @@ class SpeechClient:
 
     def _require_pool(self) -> _ChannelPool:
         if self._closed:
-            raise SpeechError("CANCELLED", "the SpeechClient is closed")
+            raise RemoteError("CANCELLED", "the SpeechClient is closed")
         if self._pool is None:
             channels = [self._new_channel() for _ in range(self._channels)]
             self._pool = _ChannelPool(channels, self._streams_per_channel)

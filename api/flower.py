@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from core.errors import VoicelaneError
+from core.errors import ConfigError
 from core.settings import FlowerSettings
 
 DEV_BASIC_AUTH = "admin:admin"
@@ -31,21 +31,13 @@ MUTATING_PATHS = (
 )
 
 
-class FlowerConfigError(VoicelaneError):
-    code = "flower_config"
-    permanent = True
-    exit_status = 2
-
-
 def basic_auth(settings: FlowerSettings) -> str:
     value = settings.flower_basic_auth or (DEV_BASIC_AUTH if settings.dev_mode else None)
     if not value:
-        raise FlowerConfigError(
-            "set VOICELANE_FLOWER_BASIC_AUTH=user:password (or VOICELANE_DEV_MODE=1)"
-        )
+        raise ConfigError("set VOICELANE_FLOWER_BASIC_AUTH=user:password (or VOICELANE_DEV_MODE=1)")
     user, sep, password = value.partition(":")
     if not sep or not user or not password:
-        raise FlowerConfigError("VOICELANE_FLOWER_BASIC_AUTH must be user:password")
+        raise ConfigError("VOICELANE_FLOWER_BASIC_AUTH must be user:password")
     return value
 
 

@@ -21,7 +21,8 @@ from typing import Any, TypeAlias
 import grpc
 import grpc.aio
 
-from api.auth import ApiKeys, AuthError
+from api.auth import ApiKeys
+from core.errors import AuthError
 
 log = logging.getLogger(__name__)
 

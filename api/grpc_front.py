@@ -24,13 +24,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from api.auth import ApiKeys
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from api.grpc_auth import AuthInterceptor
 from api.grpc_params import MIN_USEFUL_DEADLINE_S
 from api.grpc_service import SERVICE_NAME, SpeechService, tenant_key
 from api.voices import VoiceRegistry
 from core.lane import LaneClient
 from core.settings import GrpcSettings
+from core.wire import speech_pb2_grpc as pb_grpc
 
 __all__ = [
     "SERVICE_NAME",

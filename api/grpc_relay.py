@@ -17,50 +17,14 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from core.errors import DeadlineExceededError, VoicelaneError
+from core.errors import DeadlineExceededError, NoCapacityError, UnavailableError, error_for_status
 from core.lane import EventKind, LaneClient, OutputEvent, now_ms
+from core.wire import speech_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CAPACITY_TTL_S = 0.075
 DEFAULT_BLOCK_MS = 150
-
-
-class NoCapacityError(VoicelaneError):
-    code = "no_capacity"
-    http_status = 503
-    grpc_status = "RESOURCE_EXHAUSTED"
-
-
-class WorkerUnavailableError(VoicelaneError):
-    code = "unavailable"
-    http_status = 503
-    grpc_status = "UNAVAILABLE"
-
-
-class StreamNotFoundError(VoicelaneError):
-    code = "stream_not_found"
-    permanent = True
-    http_status = 404
-    grpc_status = "NOT_FOUND"
-
-
-class StreamExistsError(VoicelaneError):
-    code = "stream_exists"
-    permanent = True
-    http_status = 409
-    grpc_status = "ALREADY_EXISTS"
-
-
-class WorkerReportedError(VoicelaneError):
-    """An ``error`` event of the output stream: the worker chose the gRPC status."""
-
-    code = "worker_error"
-
-    def __init__(self, status_name: str, message: str) -> None:
-        super().__init__(message or status_name.lower().replace("_", " "))
-        self.status_name = status_name
 
 
 # ------------------------------------------------------------------------ admission
@@ -105,7 +69,7 @@ class Admission:
 
 
 class Liveness:
-    """Is anyone working on the request? Raises WorkerUnavailableError when not."""
+    """Is anyone working on the request? Raises UnavailableError when not."""
 
     def __init__(
         self,
@@ -135,12 +99,12 @@ class Liveness:
             return
         now = time.monotonic()
         if self._picked_up and now - self._last_alive >= self._unavailable_after_s:
-            raise WorkerUnavailableError(
+            raise UnavailableError(
                 f"the worker serving the stream stopped (no heartbeat for "
                 f"{self._unavailable_after_s:g} s) and no other worker took over"
             )
         if not self._picked_up and now - self._started >= self._claim_timeout_s:
-            raise WorkerUnavailableError(
+            raise UnavailableError(
                 f"no worker picked up the request within {self._claim_timeout_s:g} s"
             )
 
@@ -229,7 +193,7 @@ class OutputRelay:
         if event.kind is EventKind.END:
             self.finished = True
             return self._chunk(event, max(event.seq, self._last_seq + 1), final=True)
-        raise WorkerReportedError(event.code or "INTERNAL", event.text)
+        raise error_for_status(event.code or "INTERNAL", event.text)
 
     def _chunk(self, event: OutputEvent, seq: int, *, final: bool) -> pb.AudioChunk:
         captions = [caption_message(c) for c in self._captions]

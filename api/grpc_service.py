@@ -22,8 +22,6 @@ import grpc
 import grpc.aio
 import redis
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from api.grpc_auth import current_tenant
 from api.grpc_params import (
     DEFAULT_SAMPLE_RATE_HZ,
@@ -39,14 +37,13 @@ from api.grpc_relay import (
     ChunkDefaults,
     Liveness,
     OutputRelay,
-    StreamExistsError,
-    StreamNotFoundError,
-    WorkerReportedError,
 )
 from api.voices import VoiceRegistry
 from core.errors import (
     DeadlineExceededError,
     InvalidInputError,
+    StreamExistsError,
+    StreamNotFoundError,
     VoicelaneError,
     grpc_status_name,
 )
@@ -65,6 +62,8 @@ from core.lane import (
 )
 from core.settings import GrpcSettings
 from core.text_input import check_text
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ def status_code(error: BaseException) -> grpc.StatusCode:
     an unreachable Redis is UNAVAILABLE (transient), anything else INTERNAL."""
     if isinstance(error, redis.RedisError):
         return grpc.StatusCode.UNAVAILABLE
-    name = error.status_name if isinstance(error, WorkerReportedError) else grpc_status_name(error)
+    name = grpc_status_name(error)
     code = grpc.StatusCode.__members__.get(name, grpc.StatusCode.INTERNAL)
     return grpc.StatusCode.INTERNAL if code is grpc.StatusCode.OK else code
 

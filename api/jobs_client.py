@@ -10,14 +10,14 @@ from typing import Any, TextIO
 import httpx
 
 from core.atomic import atomic_output
-from core.errors import InvalidInputError, VoicelaneError
+from core.errors import (
+    DeadlineExceededError,
+    RemoteError,
+    error_for_status,
+    status_for_http,
+)
 
 FINAL = ("done", "failed", "cancelled")
-
-
-class RemoteError(VoicelaneError):
-    code = "remote_error"
-    exit_status = 1
 
 
 class JobsClient:
@@ -37,8 +37,8 @@ class JobsClient:
                 message = response.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 message = response.text[:200]
-            error_class = InvalidInputError if response.status_code < 500 else RemoteError
-            raise error_class(f"server answered {response.status_code}: {message}")
+            status = status_for_http(response.status_code)
+            raise error_for_status(status, f"server answered {response.status_code}: {message}")
         data: dict[str, Any] = response.json()
         return data
 
@@ -67,13 +67,16 @@ class JobsClient:
                     out.write("\n")
                 return job
             if time.monotonic() > deadline:
-                raise RemoteError(f"job {job_id} not finished after {timeout_s:.0f} s")
+                raise DeadlineExceededError(f"job {job_id} not finished after {timeout_s:.0f} s")
             time.sleep(poll_s)
 
     def download(self, url: str, target: Path) -> int:
         with httpx.stream("GET", url, timeout=60.0, follow_redirects=True) as response:
             if response.status_code != 200:
-                raise RemoteError(f"download answered {response.status_code}")
+                raise RemoteError(
+                    status_for_http(response.status_code),
+                    f"download answered {response.status_code}",
+                )
             size = 0
             with atomic_output(target) as part, part.open("wb") as handle:
                 for block in response.iter_bytes():
@@ -101,7 +104,9 @@ def submit_and_fetch(
         print(f"submitted job {job['id']} ({job['characters']} characters)")
         job = client.wait(job["id"], timeout_s=timeout_s, out=sys.stderr)
         if job["state"] != "done":
-            raise RemoteError(f"job {job['id']} {job['state']}: {job.get('error')}")
+            raise RemoteError(
+                "FAILED_PRECONDITION", f"job {job['id']} {job['state']}: {job.get('error')}"
+            )
         url = job["download_url"]
         print(f"download link (valid {job['download_expires_in_s']} s): {url}")
         if output is not None:

@@ -24,9 +24,20 @@ from api.auth import ApiKeys
 from api.speech_http import StreamFronts, install_stream_routes
 from api.voices import VoiceRegistry
 from core.audio import format_from_name, validate_sample_rate
-from core.errors import InvalidInputError, TextTooLargeError, VoicelaneError, http_status
+from core.errors import (
+    InvalidInputError,
+    JobNotFoundError,
+    JobStateError,
+    MalformedRequestError,
+    TextTooLargeError,
+    UnavailableError,
+    UnknownVoiceError,
+    UnsupportedMediaTypeError,
+    VoicelaneError,
+    http_status,
+)
 from core.lane import LaneClient
-from core.ledger import Job, JobNotFoundError, JobOptions, JobState, JobStateError, Ledger
+from core.ledger import Job, JobOptions, JobState, Ledger
 from core.ledger import job_summary as ledger_job_summary
 from core.settings import ApiSettings
 from core.storage import LocalStorage, Storage, StorageSettings, open_storage
@@ -37,23 +48,6 @@ log = logging.getLogger(__name__)
 
 Enqueue = Callable[..., None]
 AuthHeader = Annotated[str | None, Header(include_in_schema=False)]
-
-
-class UnsupportedMediaTypeError(VoicelaneError):
-    code = "unsupported_media_type"
-    permanent = True
-    http_status = 415
-
-
-class MalformedRequestError(VoicelaneError):
-    code = "malformed_request"
-    permanent = True
-    http_status = 400
-
-
-class ServiceUnavailableError(VoicelaneError):
-    code = "unavailable"
-    http_status = 503
 
 
 class JobRequest(BaseModel):
@@ -195,7 +189,7 @@ def _install_routes(app: FastAPI, state: ApiState) -> None:
         except Exception as error:
             log.exception("could not enqueue job %s", job.id)
             state.ledger.fail(job.id, "could not enqueue the job")
-            raise ServiceUnavailableError("the job queue is unavailable") from error
+            raise UnavailableError("the job queue is unavailable") from error
         return JSONResponse(
             _job_view(state, job), status_code=202, headers={"Location": f"/v1/jobs/{job.id}"}
         )
@@ -340,8 +334,6 @@ def _validate_job(
     fmt = format_from_name(body.format)
     validate_sample_rate(fmt, body.sample_rate_hz)
     if body.voice not in known:
-        from core.errors import UnknownVoiceError
-
         raise UnknownVoiceError(f"unknown voice {body.voice!r}; GET /v1/voices lists them")
     callback = body.callback_url
     if callback is not None and not callback.startswith(("http://", "https://")):

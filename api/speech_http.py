@@ -43,7 +43,6 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.auth import ApiKeys
-from api.gen.voicelane.v1 import speech_pb2 as pb
 from api.grpc_params import absolute_deadline_ms, check_voice_params
 from api.grpc_relay import Admission, ChunkDefaults, Liveness, OutputRelay
 from api.voices import VoiceRegistry
@@ -52,6 +51,7 @@ from core.errors import InvalidInputError, VoicelaneError, grpc_status_name
 from core.lane import LaneClient, Mode, StreamRequest, new_request_id, now_ms
 from core.settings import LaneSettings
 from core.text_input import check_text
+from core.wire import speech_pb2 as pb
 
 log = logging.getLogger(__name__)
 

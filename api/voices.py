@@ -20,17 +20,11 @@ from typing import cast
 
 import redis.asyncio as aredis
 
-from core.errors import VoicelaneError
+from core.errors import UnavailableError
 from core.lane import VOICES_KEY
 
 ESPEAK = "espeak"
 DEFAULT_TTL_S = 10.0
-
-
-class VoicesUnavailableError(VoicelaneError):
-    code = "voices_unavailable"
-    http_status = 503
-    grpc_status = "UNAVAILABLE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +46,7 @@ class VoiceRegistry:
         self._lock = asyncio.Lock()
 
     async def voices(self) -> tuple[VoiceEntry, ...]:
-        """The engine's voices; :class:`VoicesUnavailableError` if nobody can tell yet."""
+        """The engine's voices; :class:`UnavailableError` if nobody can tell yet."""
         cached = self._cached
         if cached is not None and time.monotonic() - cached[0] < self.ttl_s:
             return cached[1]
@@ -75,7 +69,7 @@ class VoiceRegistry:
             return tuple(local.get(i, VoiceEntry(i)) for i in ids)
         if self.engine == ESPEAK:
             return tuple((await self._local_catalogue()).values())
-        raise VoicesUnavailableError(f"no {self.engine} worker has registered its voices yet")
+        raise UnavailableError(f"no {self.engine} worker has registered its voices yet")
 
     async def _local_catalogue(self) -> dict[str, VoiceEntry]:
         if self._local is None:
@@ -89,7 +83,7 @@ def _parse_ids(raw: bytes) -> list[str]:
     except ValueError:
         value = None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise VoicesUnavailableError("the registered voice list is unreadable")
+        raise UnavailableError("the registered voice list is unreadable")
     return list(cast(Sequence[str], value))
 
 

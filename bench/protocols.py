@@ -29,10 +29,10 @@ import grpc
 import httpx
 import websockets
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from bench.realtime import percentile
 from core.redis_server import RedisServer
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.lane import ACME_KEY, Lane
 
 SENTENCE = "The weather is nice today, so we will walk along the river."

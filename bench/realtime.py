@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING
 import grpc
 import redis
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from core.redis_server import RedisServer
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.lane import ACME_KEY, Lane, wait_for
 from workers.engines import Utterance
 from workers.engines.espeak import EspeakEngine
 
 if TYPE_CHECKING:
-    from api.gen.voicelane.v1.speech_pb2_grpc import SpeechAsyncStub
+    from core.wire.speech_pb2_grpc import SpeechAsyncStub
 
 SENTENCE = "The weather is nice today, so we will walk along the river."
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)

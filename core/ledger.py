@@ -35,25 +35,9 @@ from typing import Any, cast
 
 import redis
 
-from core.errors import VoicelaneError
+from core.errors import JobNotFoundError
 
 PREFIX = "vl:"
-
-
-class JobNotFoundError(VoicelaneError):
-    code = "job_not_found"
-    permanent = True
-    http_status = 404
-    grpc_status = "NOT_FOUND"
-    exit_status = 2
-
-
-class JobStateError(VoicelaneError):
-    code = "job_state"
-    permanent = True
-    http_status = 409
-    grpc_status = "FAILED_PRECONDITION"
-    exit_status = 2
 
 
 class JobState(enum.StrEnum):

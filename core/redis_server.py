@@ -17,11 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from core.errors import VoicelaneError
-
-
-class RedisServerError(VoicelaneError):
-    code = "redis_server"
+from core.errors import RedisServerError
 
 
 def free_port() -> int:

@@ -76,7 +76,17 @@ from urllib.parse import quote, urlencode
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.errors import InvalidInputError, VoicelaneError
+from core.errors import (
+    InvalidInputError,
+    InvalidKeyError,
+    LinkExpiredError,
+    LinkInvalidError,
+    StorageConfigError,
+    StorageError,
+    StorageIntegrityError,
+    StorageNotFoundError,
+    StorageUnavailableError,
+)
 
 if TYPE_CHECKING:
     import boto3.session
@@ -105,72 +115,6 @@ STALE_TEMP_AGE_S = 24 * 3600
 """Local temp files older than this (left by a crashed process) are removed by ``prepare``."""
 _READ_BLOCK_BYTES = MIB
 _DELETE_BATCH = 1000
-
-
-# ---- errors ------------------------------------------------------------------------------
-
-
-class StorageError(VoicelaneError):
-    """The object store failed or refused. Transient unless a subclass says otherwise."""
-
-    code = "storage_error"
-    http_status = 500
-    grpc_status = "INTERNAL"
-
-
-class StorageUnavailableError(StorageError):
-    """The store cannot be reached or answers 5xx / throttles: retry later."""
-
-    code = "storage_unavailable"
-    http_status = 503
-    grpc_status = "UNAVAILABLE"
-
-
-class StorageNotFoundError(StorageError):
-    """No object under that key."""
-
-    code = "not_found"
-    permanent = True
-    http_status = 404
-    grpc_status = "NOT_FOUND"
-
-
-class StorageIntegrityError(StorageError):
-    """What the store holds is not what was written (size or SHA-256 differ). Retrying the
-    upload may help, so it is transient."""
-
-    code = "storage_integrity"
-    grpc_status = "DATA_LOSS"
-
-
-class StorageConfigError(StorageError):
-    """The storage settings are unusable (missing secret, no credentials...)."""
-
-    code = "storage_misconfigured"
-    permanent = True
-
-
-class InvalidKeyError(InvalidInputError):
-    """A storage key or prefix outside the allowed form (see :func:`validate_key`)."""
-
-    code = "invalid_key"
-
-
-class LinkError(VoicelaneError):
-    """A local download link that must not be served."""
-
-    code = "link_invalid"
-    permanent = True
-    http_status = 403
-    grpc_status = "PERMISSION_DENIED"
-
-
-class LinkInvalidError(LinkError):
-    """Bad signature, malformed parameters, or parameters changed after signing."""
-
-
-class LinkExpiredError(LinkError):
-    code = "link_expired"
 
 
 # ---- settings ----------------------------------------------------------------------------

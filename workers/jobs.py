@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 
 from core.audio import AudioFormat, float_to_int16, int16_to_float, open_writer
-from core.errors import VoicelaneError, is_permanent
+from core.errors import CallbackError, is_permanent
 from core.ledger import ChunkPlan, Job, JobState, Ledger, job_summary
 from core.settings import LaneSettings
 from core.storage import Storage
@@ -45,10 +45,6 @@ Enqueue = Callable[..., None]
 # other engines are within a factor of two, which is all chunk sizing needs).
 _SECONDS_PER_CJK_CHAR = 0.23
 _SECONDS_PER_OTHER_CHAR = 0.065
-
-
-class CallbackError(VoicelaneError):
-    code = "callback_failed"
 
 
 @dataclass

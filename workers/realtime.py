@@ -32,7 +32,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from core.audio import OpusStreamEncoder, StreamResampler
-from core.errors import ShuttingDownError, VoicelaneError, grpc_status_name
+from core.errors import (
+    CancelledError,
+    DeadlineExceededError,
+    ShuttingDownError,
+    VoicelaneError,
+    grpc_status_name,
+)
 from core.lane import (
     EventKind,
     InputKind,
@@ -195,7 +201,7 @@ class Session:
         except ShuttingDownError:
             log.info("request %s left for another worker (shutting down)", rid)
             acknowledge = False  # pending: another worker reclaims it
-        except _CancelledError:
+        except CancelledError:
             log.info("request %s cancelled by its client", rid)
         except VoicelaneError as error:
             self._error(grpc_status_name(error), error.message)
@@ -313,7 +319,7 @@ class Session:
         if self.consumer.closing.is_set():
             raise ShuttingDownError("worker stopping")
         if self.lane.cancelled(self.request.request_id):
-            raise _CancelledError("cancelled by the client")
+            raise CancelledError("cancelled by the client")
 
     def _pace(self, produced_pts_ms: int, ahead_s: float) -> None:
         """Wait while more than ``ahead_s`` of audio is ahead of playback (1x from the first
@@ -339,7 +345,7 @@ class Session:
             else:
                 self._check_cancelled()
                 if self.request.expired:
-                    raise _DeadlineExceededError("deadline passed")
+                    raise DeadlineExceededError("deadline passed")
                 pieces = self.lane.read_input(self.request.request_id, after, _READ_BLOCK_MS)
             for entry_id, piece in pieces:
                 after = entry_id
@@ -364,18 +370,6 @@ class Session:
             if event.sentence >= 0:
                 resume.next_sentence = max(resume.next_sentence, event.sentence + 1)
         return resume
-
-
-class _CancelledError(VoicelaneError):
-    code = "cancelled"
-    permanent = True
-    grpc_status = "CANCELLED"
-
-
-class _DeadlineExceededError(VoicelaneError):
-    code = "deadline_exceeded"
-    permanent = True
-    grpc_status = "DEADLINE_EXCEEDED"
 
 
 class RealtimeConsumer:

@@ -11,10 +11,10 @@ import grpc
 import httpx
 import pytest
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from core.audio import OpusStreamDecoder, probe
 from core.redis_server import RedisServer
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 from tests.integration.test_batch_lane import wait_final
 from tests.support.chattts_checkpoint import build_checkpoint
 from tests.support.lane import ACME_KEY, Lane

@@ -23,8 +23,6 @@ import redis
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from api.grpc_front import Front, serve, start_front, stop_front, tenant_key
 from core.audio import OpusStreamDecoder
 from core.lane import (
@@ -38,10 +36,12 @@ from core.lane import (
 )
 from core.redis_server import free_port
 from core.settings import GrpcSettings, RealtimeSettings
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.fake_rt_worker import FakeRealtimeWorker, FakeWorkerKnobs
 
 if TYPE_CHECKING:
-    from api.gen.voicelane.v1.speech_pb2_grpc import SpeechAsyncStub
+    from core.wire.speech_pb2_grpc import SpeechAsyncStub
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.ledger import ChunkPlan, JobNotFoundError, JobOptions, JobState, Ledger
+from core.errors import JobNotFoundError
+from core.ledger import ChunkPlan, JobOptions, JobState, Ledger
 
 pytestmark = pytest.mark.integration
 

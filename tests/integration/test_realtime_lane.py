@@ -18,12 +18,12 @@ import pytest
 import redis
 import websockets
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from core.audio import AudioFormat, OpusStreamDecoder, decode_to_pcm
 from core.lane import REQUESTS, heartbeat_key
 from core.redis_server import RedisServer
 from core.settings import EmbeddedSettings
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.lane import ACME_KEY, ROOT, Lane, wait_for
 from workers.render import EmbeddedRenderer
 

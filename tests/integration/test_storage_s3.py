@@ -20,18 +20,20 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from core.errors import InvalidInputError
+from core.errors import (
+    InvalidInputError,
+    InvalidKeyError,
+    StorageError,
+    StorageIntegrityError,
+    StorageNotFoundError,
+    StorageUnavailableError,
+)
 from core.storage import (
     ABORT_RULE_ID,
     MAX_LINK_EXPIRY_S,
     MIB,
-    InvalidKeyError,
     S3Storage,
-    StorageError,
-    StorageIntegrityError,
-    StorageNotFoundError,
     StorageSettings,
-    StorageUnavailableError,
     open_storage,
 )
 from tests.integration.conftest import s3_settings

@@ -49,10 +49,10 @@ import grpc
 import grpc.aio
 import numpy as np
 
-from api.gen.voicelane.v1 import speech_pb2 as pb
-from api.gen.voicelane.v1 import speech_pb2_grpc as pb_grpc
 from core.audio.opus import FRAME_DURATION_MS, OpusStreamEncoder
 from core.audio.pcm import PcmF32
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
 
 API_KEY = "test-key-0001"
 DEFAULT_RATE_HZ = 24000

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from core.errors import EngineError, EngineOutOfMemoryError, InvalidInputError
+from core.errors import EngineError, EngineOutOfMemoryError, InvalidInputError, ModelLoadError
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 from .chattts_config import (
@@ -39,7 +39,6 @@ from .chattts_config import (
     VOICE_LANGUAGES,
     ChatTTSSettings,
     Manifest,
-    ModelLoadError,
     NamedVoice,
     Sampling,
     UtteranceParser,

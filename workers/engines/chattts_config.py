@@ -26,7 +26,12 @@ from typing import Any, ClassVar
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.errors import EngineError, InvalidInputError, UnknownVoiceError
+from core.errors import (
+    EngineNotInstalledError,
+    InvalidInputError,
+    ModelLoadError,
+    UnknownVoiceError,
+)
 
 from .base import Utterance, VoiceInfo
 
@@ -64,32 +69,11 @@ _HASH_BLOCK_BYTES = 1 << 20
 # ---- errors ------------------------------------------------------------------------------
 
 
-class ModelLoadError(EngineError):
-    """The checkpoint or the engine's configuration cannot be loaded.
-
-    The operator's configuration error (a missing or corrupted file, a wrong directory, a bad
-    setting): retrying cannot help, so it is permanent, and ``voicelane`` exits with status 2
-    as for other bad input. The message is one line and names the offending file.
-    """
-
-    code = "model_load_failed"
-    permanent = True
-    http_status = 503
-    grpc_status = "UNAVAILABLE"
-    exit_status = 2
-
-
-class ChatTTSNotInstalledError(ModelLoadError):
-    """The ``chattts`` extra (torch, ChatTTS) is not installed."""
-
-    code = "engine_not_installed"
-
-
 def require_chattts_extra() -> None:
-    """Raise :class:`ChatTTSNotInstalledError` unless torch and ChatTTS can be imported."""
+    """Raise :class:`EngineNotInstalledError` unless torch and ChatTTS can be imported."""
     missing = [name for name in ("torch", "ChatTTS") if importlib.util.find_spec(name) is None]
     if missing:
-        raise ChatTTSNotInstalledError(
+        raise EngineNotInstalledError(
             f"the chattts engine needs the chattts extra ({', '.join(missing)} missing): "
             "run scripts/install-chattts.sh"
         )

@@ -22,15 +22,14 @@ import pytest
 from api.client import (
     RetryPolicy,
     SpeechClient,
-    SpeechError,
     SynthesisResult,
     say_to_file,
 )
-from api.gen.voicelane.v1 import speech_pb2 as pb
 from core.audio import open_writer, probe
 from core.audio.opus import FRAME_DURATION_MS, OpusStreamDecoder, codec_delay_samples
 from core.audio.pcm import PcmF32
-from core.errors import VoicelaneError
+from core.errors import RemoteError, VoicelaneError
+from core.wire import speech_pb2 as pb
 from tests.support.fake_speech_server import (
     API_KEY,
     DropProxy,
@@ -163,9 +162,9 @@ async def test_retries_stop_after_max_attempts() -> None:
     policy = RetryPolicy(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.001)
     async with FakeSpeechServer() as server, new_client(server.target, retry=policy) as client:
         server.fail_first_calls = 10
-        with pytest.raises(SpeechError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(client, TEXT)
-    assert caught.value.code == "UNAVAILABLE"
+    assert caught.value.status == "UNAVAILABLE"
     assert "3 attempts" in caught.value.message
     assert server.calls["Synthesize"] == 3
 
@@ -183,9 +182,9 @@ async def test_resource_exhausted_is_retried_only_when_asked(retry_it: bool) -> 
             chunks = await collect(client, TEXT)
             assert chunks[-1].final
         else:
-            with pytest.raises(SpeechError) as caught:
+            with pytest.raises(RemoteError) as caught:
                 await collect(client, TEXT)
-            assert caught.value.code == "RESOURCE_EXHAUSTED"
+            assert caught.value.status == "RESOURCE_EXHAUSTED"
     assert server.calls["Synthesize"] == (2 if retry_it else 1)
 
 
@@ -196,9 +195,9 @@ async def test_resource_exhausted_is_retried_only_when_asked(retry_it: bool) -> 
 @async_test
 async def test_non_retryable_codes_raise_at_once(text: str, api_key: str, code: str) -> None:
     async with FakeSpeechServer() as server, new_client(server.target, api_key=api_key) as c:
-        with pytest.raises(SpeechError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(c, text)
-    assert caught.value.code == code
+    assert caught.value.status == code
     assert caught.value.permanent
     assert isinstance(caught.value, VoicelaneError)
     assert server.calls["Synthesize"] == 1
@@ -208,9 +207,9 @@ async def test_non_retryable_codes_raise_at_once(text: str, api_key: str, code: 
 async def test_the_deadline_bounds_the_whole_call() -> None:
     async with FakeSpeechServer() as server, new_client(server.target) as client:
         server.hold = asyncio.Event()  # never set: no chunk ever comes
-        with pytest.raises(SpeechError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(client, TEXT, timeout_s=0.2)
-    assert caught.value.code == "DEADLINE_EXCEEDED"
+    assert caught.value.status == "DEADLINE_EXCEEDED"
 
 
 # ---- resume after the first chunk ----------------------------------------------------------
@@ -249,9 +248,9 @@ async def test_a_midstream_error_other_than_unavailable_is_not_resumed() -> None
     async with FakeSpeechServer() as server, new_client(server.target) as client:
         server.drop_after_chunks, server.drops = 3, 1
         server.drop_code = grpc.StatusCode.INTERNAL
-        with pytest.raises(SpeechError) as caught:
+        with pytest.raises(RemoteError) as caught:
             await collect(client, TEXT * 2)
-    assert caught.value.code == "INTERNAL"
+    assert caught.value.status == "INTERNAL"
     assert server.calls["Synthesize"] == 1
 
 
@@ -281,11 +280,11 @@ async def test_a_resume_answered_not_found_raises() -> None:
     async with FakeSpeechServer() as server, new_client(server.target) as client:
         server.drop_after_chunks, server.drops, server.expire_outputs = 3, 1, True
         received: list[pb.AudioChunk] = []
-        with pytest.raises(SpeechError) as caught:
+        with pytest.raises(RemoteError) as caught:
             async with client.synthesize(TEXT * 4) as stream:
                 async for chunk in stream:
                     received.append(chunk)
-    assert caught.value.code == "NOT_FOUND"
+    assert caught.value.status == "NOT_FOUND"
     assert "expired" in caught.value.message
     assert seqs(received) == [0, 1, 2]
     assert server.calls["Synthesize"] == 2
@@ -408,9 +407,9 @@ async def test_closing_the_client_ends_open_and_waiting_streams_with_cancelled()
         opening = asyncio.create_task(session.open())
         await client.close()
         for task in (running, waiting, opening):
-            with pytest.raises(SpeechError) as caught:
+            with pytest.raises(RemoteError) as caught:
                 await task
-            assert caught.value.code == "CANCELLED"
+            assert caught.value.status == "CANCELLED"
 
 
 @async_test
@@ -420,9 +419,9 @@ async def test_the_deadline_bounds_the_wait_for_a_slot() -> None:
         async with new_client(server.target, channels=1, streams_per_channel=1) as client:
             running = asyncio.create_task(collect(client, TEXT))
             await server.wait_until(lambda s: s.active_streams == 1)
-            with pytest.raises(SpeechError) as caught:
+            with pytest.raises(RemoteError) as caught:
                 await collect(client, TEXT, timeout_s=0.05)
-            assert caught.value.code == "DEADLINE_EXCEEDED"
+            assert caught.value.status == "DEADLINE_EXCEEDED"
             assert client.waiting == 0
             server.hold.set()
             await running
@@ -434,9 +433,9 @@ async def test_a_closed_client_refuses_new_calls() -> None:
     async with FakeSpeechServer() as server:
         client = new_client(server.target)
         await client.close()
-        with pytest.raises(SpeechError) as caught:
+        with pytest.raises(RemoteError) as caught:
             client.synthesize(TEXT)
-    assert caught.value.code == "CANCELLED"
+    assert caught.value.status == "CANCELLED"
 
 
 def test_channel_options_carry_keepalive_and_message_size() -> None:
@@ -525,11 +524,11 @@ async def test_converse_is_not_retried_once_text_was_sent() -> None:
         server.converse_fail_after_text = True
         async with client.converse() as session:
             await session.send("Hello there.")
-            with pytest.raises(SpeechError) as caught:
+            with pytest.raises(RemoteError) as caught:
                 [chunk async for chunk in session]
-            with pytest.raises(SpeechError):
+            with pytest.raises(RemoteError):
                 await session.send("More.")
-    assert caught.value.code == "UNAVAILABLE"
+    assert caught.value.status == "UNAVAILABLE"
     assert server.calls["Converse"] == 1
     assert session.stats.retries == 0
 
@@ -580,7 +579,7 @@ async def test_synthesize_to_file_leaves_no_partial_file_on_failure(tmp_path: Pa
     path.write_bytes(b"previous")
     async with FakeSpeechServer() as server, new_client(server.target) as client:
         server.drop_after_chunks, server.drops, server.expire_outputs = 2, 1, True
-        with pytest.raises(SpeechError):
+        with pytest.raises(RemoteError):
             await client.synthesize_to_file(TEXT * 4, path)
     assert path.read_bytes() == b"previous"
     assert os.listdir(tmp_path) == [path.name]
@@ -642,9 +641,9 @@ def test_retry_policy_rejects_nonsense(options: dict[str, Any]) -> None:
 
 
 def test_speech_error_carries_the_status_name() -> None:
-    error = SpeechError("UNAVAILABLE", "no  worker\npicked it up")
-    assert error.code == error.grpc_status == "UNAVAILABLE"
+    error = RemoteError("UNAVAILABLE", "no  worker\npicked it up")
+    assert error.status == error.grpc_status == "UNAVAILABLE"
     assert error.message == "no worker picked it up"
     assert str(error) == "UNAVAILABLE: no worker picked it up"
     assert not error.permanent
-    assert SpeechError("INVALID_ARGUMENT", "").permanent
+    assert RemoteError("INVALID_ARGUMENT", "").permanent

@@ -14,21 +14,24 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from core.errors import InvalidInputError, VoicelaneError
-from core.storage import (
-    MAX_LINK_EXPIRY_S,
-    MIB,
+from core.errors import (
+    InvalidInputError,
     InvalidKeyError,
     LinkExpiredError,
     LinkInvalidError,
-    LocalStorage,
-    LocalStorageSettings,
-    S3Settings,
     StorageConfigError,
     StorageIntegrityError,
     StorageNotFoundError,
-    StorageSettings,
     StorageUnavailableError,
+    VoicelaneError,
+)
+from core.storage import (
+    MAX_LINK_EXPIRY_S,
+    MIB,
+    LocalStorage,
+    LocalStorageSettings,
+    S3Settings,
+    StorageSettings,
     content_disposition,
     open_storage,
     validate_key,

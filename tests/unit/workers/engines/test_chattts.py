@@ -30,6 +30,7 @@ import torch  # noqa: E402
 from core.errors import (  # noqa: E402
     EngineOutOfMemoryError,
     InvalidInputError,
+    ModelLoadError,
     UnknownVoiceError,
     exit_status,
     is_permanent,
@@ -38,12 +39,7 @@ from tests.support.chattts_checkpoint import MANIFEST_NAME, Checkpoint  # noqa: 
 from workers.batcher import AudioStream, Batcher, BatcherConfig, Priority  # noqa: E402
 from workers.engines import PcmF32, Utterance, chattts_loop, create_engine  # noqa: E402
 from workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from workers.engines.chattts_config import (  # noqa: E402
-    ChatTTSSettings,
-    ModelLoadError,
-    Sampling,
-    UtteranceParser,
-)
+from workers.engines.chattts_config import ChatTTSSettings, Sampling, UtteranceParser  # noqa: E402
 from workers.engines.chattts_loop import (  # noqa: E402
     Generation,
     Row,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from api.gen.voicelane.v1 import speech_pb2 as api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2
+from core.wire import speech_pb2 as core_dot_wire_dot_speech__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in api/gen/voicelane/v1/speech_pb2_grpc.py depends on'
+        + ' but the generated code in core/wire/speech_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class SpeechStub:
         """
         self.Synthesize = channel.unary_stream(
                 '/voicelane.v1.Speech/Synthesize',
-                request_serializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.SynthesizeRequest.SerializeToString,
-                response_deserializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.AudioChunk.FromString,
+                request_serializer=core_dot_wire_dot_speech__pb2.SynthesizeRequest.SerializeToString,
+                response_deserializer=core_dot_wire_dot_speech__pb2.AudioChunk.FromString,
                 _registered_method=True)
         self.Converse = channel.stream_stream(
                 '/voicelane.v1.Speech/Converse',
-                request_serializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ConverseRequest.SerializeToString,
-                response_deserializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ConverseResponse.FromString,
+                request_serializer=core_dot_wire_dot_speech__pb2.ConverseRequest.SerializeToString,
+                response_deserializer=core_dot_wire_dot_speech__pb2.ConverseResponse.FromString,
                 _registered_method=True)
         self.ListVoices = channel.unary_unary(
                 '/voicelane.v1.Speech/ListVoices',
-                request_serializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ListVoicesRequest.SerializeToString,
-                response_deserializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ListVoicesResponse.FromString,
+                request_serializer=core_dot_wire_dot_speech__pb2.ListVoicesRequest.SerializeToString,
+                response_deserializer=core_dot_wire_dot_speech__pb2.ListVoicesResponse.FromString,
                 _registered_method=True)
 
 
@@ -81,18 +81,18 @@ def add_SpeechServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Synthesize': grpc.unary_stream_rpc_method_handler(
                     servicer.Synthesize,
-                    request_deserializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.SynthesizeRequest.FromString,
-                    response_serializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.AudioChunk.SerializeToString,
+                    request_deserializer=core_dot_wire_dot_speech__pb2.SynthesizeRequest.FromString,
+                    response_serializer=core_dot_wire_dot_speech__pb2.AudioChunk.SerializeToString,
             ),
             'Converse': grpc.stream_stream_rpc_method_handler(
                     servicer.Converse,
-                    request_deserializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ConverseRequest.FromString,
-                    response_serializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ConverseResponse.SerializeToString,
+                    request_deserializer=core_dot_wire_dot_speech__pb2.ConverseRequest.FromString,
+                    response_serializer=core_dot_wire_dot_speech__pb2.ConverseResponse.SerializeToString,
             ),
             'ListVoices': grpc.unary_unary_rpc_method_handler(
                     servicer.ListVoices,
-                    request_deserializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ListVoicesRequest.FromString,
-                    response_serializer=api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ListVoicesResponse.SerializeToString,
+                    request_deserializer=core_dot_wire_dot_speech__pb2.ListVoicesRequest.FromString,
+                    response_serializer=core_dot_wire_dot_speech__pb2.ListVoicesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -120,8 +120,8 @@ class Speech:
             request,
             target,
             '/voicelane.v1.Speech/Synthesize',
-            api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.SynthesizeRequest.SerializeToString,
-            api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.AudioChunk.FromString,
+            core_dot_wire_dot_speech__pb2.SynthesizeRequest.SerializeToString,
+            core_dot_wire_dot_speech__pb2.AudioChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -147,8 +147,8 @@ class Speech:
             request_iterator,
             target,
             '/voicelane.v1.Speech/Converse',
-            api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ConverseRequest.SerializeToString,
-            api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ConverseResponse.FromString,
+            core_dot_wire_dot_speech__pb2.ConverseRequest.SerializeToString,
+            core_dot_wire_dot_speech__pb2.ConverseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -174,8 +174,8 @@ class Speech:
             request,
             target,
             '/voicelane.v1.Speech/ListVoices',
-            api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ListVoicesRequest.SerializeToString,
-            api_dot_gen_dot_voicelane_dot_v1_dot_speech__pb2.ListVoicesResponse.FromString,
+            core_dot_wire_dot_speech__pb2.ListVoicesRequest.SerializeToString,
+            core_dot_wire_dot_speech__pb2.ListVoicesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,8 +8,8 @@ presentation time of a chunk's first packet from the start of the stream; `seq` 
 contiguous from 0 per request. Time stamps are unix milliseconds.
 """
 
-from api.gen.voicelane.v1 import speech_pb2 as _speech_pb2
 from collections import abc as _abc
+from core.wire import speech_pb2 as _speech_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

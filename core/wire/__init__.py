@@ -1,0 +1,1 @@
+"""The wire contract voicelane.v1, generated from proto/ by scripts/gen-proto.sh (do not edit)."""
