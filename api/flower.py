@@ -59,10 +59,13 @@ def make_read_only() -> int:
 
 
 def run_flower(settings: FlowerSettings) -> None:
-    from workers.celery_app import configure
+    from celery import Celery
+
+    from core.batch_lane import configure_celery
 
     auth = basic_auth(settings)
-    app = configure(settings)
+    app = Celery("voicelane")
+    configure_celery(app, settings)
     make_read_only()
     os.environ["FLOWER_BASIC_AUTH"] = auth
     os.environ.pop("FLOWER_UNAUTHENTICATED_API", None)

@@ -1,10 +1,11 @@
 """The thin gRPC front of the real-time lane: ``voicelane grpc`` (port 50051).
 
-The server runs ``voicelane.v1.Speech`` (:class:`api.grpc_service.SpeechService`) behind the
-API-key interceptor (:mod:`api.grpc_auth`), the ``grpc.health.v1`` health service
-(``SERVING``; ``NOT_SERVING`` while shutting down) and server reflection. It stops gracefully
-on SIGTERM/SIGINT: health goes ``NOT_SERVING``, streams in flight get
-``shutdown_grace_s`` to finish. ``docs/grpc.md`` is the contract in prose.
+The server runs ``voicelane.v1.Speech`` (:class:`api.grpc_service.SpeechService`, an
+adapter over the stream gateway :mod:`api.streams`) behind the API-key interceptor
+(:mod:`api.grpc_auth`), the ``grpc.health.v1`` health service (``SERVING``; ``NOT_SERVING``
+while shutting down) and server reflection. It stops gracefully on SIGTERM/SIGINT: health
+goes ``NOT_SERVING``, streams in flight get ``shutdown_grace_s`` to finish. ``docs/grpc.md``
+is the contract in prose.
 
 Entry points: :func:`serve` (async, for tests and embedding) and :func:`run_grpc` (blocking).
 """
@@ -24,11 +25,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from api.auth import ApiKeys
+from api.engines import EngineRegistry
 from api.grpc_auth import AuthInterceptor
-from api.grpc_params import MIN_USEFUL_DEADLINE_S
-from api.grpc_service import SERVICE_NAME, SpeechService, tenant_key
-from api.voices import VoiceRegistry
-from core.lane import LaneClient
+from api.grpc_service import SERVICE_NAME, SpeechService
+from api.streams import StreamGateway
+from core.realtime_lane import RealtimeClient
+from core.rules import MIN_USEFUL_DEADLINE_S
 from core.settings import GrpcSettings
 from core.wire import speech_pb2_grpc as pb_grpc
 
@@ -41,7 +43,6 @@ __all__ = [
     "server_options",
     "start_front",
     "stop_front",
-    "tenant_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class Front:
 
 
 async def start_front(
-    settings: GrpcSettings, lane: LaneClient, *, min_deadline_s: float = MIN_USEFUL_DEADLINE_S
+    settings: GrpcSettings, lane: RealtimeClient, *, min_deadline_s: float = MIN_USEFUL_DEADLINE_S
 ) -> Front:
     keys = ApiKeys.from_settings(settings.api_keys, dev_mode=settings.dev_mode)
     server = grpc.aio.server(
@@ -84,8 +85,10 @@ async def start_front(
         options=server_options(settings),
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    voices = VoiceRegistry(lane.redis, settings.engine)
-    service = SpeechService(settings, lane, voices, min_deadline_s=min_deadline_s)
+    gateway = StreamGateway(
+        settings, lane, EngineRegistry(lane, settings.engine), min_deadline_s=min_deadline_s
+    )
+    service = SpeechService(gateway)
     pb_grpc.add_SpeechServicer_to_server(service, server)
     health = grpc_health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -103,22 +106,22 @@ async def start_front(
 async def stop_front(front: Front, grace_s: float) -> None:
     """NOT_SERVING, then ``grace_s`` for the streams in flight, then stop."""
     await front.health.enter_graceful_shutdown()
-    front.service.draining = True
+    front.service.gateway.draining = True
     await front.server.stop(grace_s)
-    await front.service.wait_background()
+    await front.service.gateway.wait_background()
     log.info("gRPC front stopped")
 
 
 async def serve(
     settings: GrpcSettings,
     *,
-    lane: LaneClient | None = None,
+    lane: RealtimeClient | None = None,
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the front until SIGTERM/SIGINT (or ``stop`` is set, or the task is cancelled)."""
     own_lane = lane is None
-    lane = lane or LaneClient.from_url(settings.redis_url, settings.realtime.timings())
+    lane = lane or RealtimeClient.from_url(settings.redis_url, settings.realtime)
     signals = stop is None
     stop = stop or asyncio.Event()
     if signals:

@@ -95,7 +95,7 @@ def _wait_realtime(
     """Until the gRPC front serves and a GPU worker reports real-time capacity."""
     import redis
 
-    from core.lane import WORKERS
+    from core.realtime_lane import WORKERS
 
     client = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + timeout_s

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from workers.batcher import Batcher, BatcherConfig, Priority
+from core.settings import BatcherSettings
+from workers.batcher import Batcher, Priority
 from workers.engines.base import Engine, PcmF32, Utterance, VoiceInfo
 
 FIXED_S = 0.040
@@ -66,7 +67,7 @@ def ideal_time_s(engine: CostModelEngine, total_items: int, batch_size: int) -> 
 
 def closed_loop(submitters: int, rounds: int) -> dict[str, float]:
     engine = CostModelEngine()
-    config = BatcherConfig(max_batch=MAX_BATCH, max_wait_batch_s=0.030)
+    config = BatcherSettings(max_batch=MAX_BATCH, max_wait_batch_s=0.030)
     batcher = Batcher(engine, config).start()
     start_line = threading.Barrier(submitters + 1)
 
@@ -101,7 +102,7 @@ def closed_loop(submitters: int, rounds: int) -> dict[str, float]:
 
 def realtime_under_load(batch_items: int, realtime_items: int) -> dict[str, float]:
     engine = CostModelEngine()
-    config = BatcherConfig(max_batch=MAX_BATCH, max_wait_realtime_s=0.005)
+    config = BatcherSettings(max_batch=MAX_BATCH, max_wait_realtime_s=0.005)
     batcher = Batcher(engine, config).start()
     batch_futures = [batcher.submit(Utterance("x", "v")) for _ in range(batch_items)]
     waits_s: list[float] = []

@@ -45,13 +45,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/chattts.py`: the checkpoint builder is in tests/
     sys.path.insert(0, str(ROOT))
 
+from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import (  # noqa: E402
     FULL,
     TINY,
     CheckpointSize,
     build_checkpoint,
 )
-from workers.batcher import Batcher, BatcherConfig, Priority  # noqa: E402
+from workers.batcher import Batcher, Priority  # noqa: E402
 from workers.engines import Utterance, chattts_loop  # noqa: E402
 from workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from workers.engines.chattts_config import ChatTTSSettings, Sampling  # noqa: E402
@@ -154,7 +155,7 @@ def throughput_table(
     for batch in batches:
         audio_s = batch * steps * STEP_S
         theirs = median_s(functools.partial(chattts_direct, chat, speaker, batch, steps), repeat)
-        config = BatcherConfig(max_batch=batch, max_wait_batch_s=TIMEOUT_S)
+        config = BatcherSettings(max_batch=batch, max_wait_batch_s=TIMEOUT_S)
         with Batcher(engine_for(directory), config) as batcher:
             ours = median_s(functools.partial(through_batcher, batcher, batch, steps), repeat)
         print(

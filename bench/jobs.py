@@ -27,7 +27,7 @@ from bench.render import CHINESE, ENGLISH
 from core.audio import AudioFormat
 from core.redis_server import RedisServer
 from core.settings import EmbeddedSettings
-from tests.support.lane import Lane, wait_for
+from tests.support.stack import Stack, wait_for
 from workers.render import EmbeddedRenderer
 
 
@@ -73,7 +73,7 @@ def lane_run(
     job_texts: list[str], directory: Path, env: dict[str, str], cpu_workers: int
 ) -> tuple[float, float]:
     redis_server = RedisServer(directory / "redis").start()
-    lane = Lane(directory / "lane", redis_server.url, env_overrides=env)
+    lane = Stack(directory / "lane", redis_server.url, env_overrides=env)
     try:
         lane.gpu_worker()
         for n in range(cpu_workers):

@@ -33,7 +33,7 @@ from bench.realtime import percentile
 from core.redis_server import RedisServer
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
-from tests.support.lane import ACME_KEY, Lane
+from tests.support.stack import ACME_KEY, Stack
 
 SENTENCE = "The weather is nice today, so we will walk along the river."
 AUTH = f"Bearer {ACME_KEY}"
@@ -125,7 +125,7 @@ def main() -> None:
     rows: list[tuple[str, list[float | BaseException], float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         redis_server = RedisServer(Path(tmp) / "redis").start()
-        lane = Lane(
+        lane = Stack(
             Path(tmp) / "lane",
             redis_server.url,
             env_overrides={"VOICELANE_REALTIME__SLOTS_PER_WORKER": str(2 * args.streams + 28)},

@@ -33,7 +33,7 @@ import redis
 from core.redis_server import RedisServer
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
-from tests.support.lane import ACME_KEY, Lane, wait_for
+from tests.support.stack import ACME_KEY, Stack, wait_for
 from workers.engines import Utterance
 from workers.engines.espeak import EspeakEngine
 
@@ -89,7 +89,7 @@ async def ttfa(target: str, streams: int, rounds: int) -> list[float]:
             await channel.close()
 
 
-def saturate(lane: Lane, jobs: int = 4) -> list[str]:
+def saturate(lane: Stack, jobs: int = 4) -> list[str]:
     """Long jobs: hundreds of chunks queued on the one GPU worker."""
     text = " ".join(
         f"Chapter line {i}: the long road home winds past the harbor." for i in range(14000)
@@ -132,7 +132,7 @@ def main() -> None:
     engine_s = engine_time_s()
     with tempfile.TemporaryDirectory() as tmp:
         redis_server = RedisServer(Path(tmp) / "redis").start()
-        lane = Lane(
+        lane = Stack(
             Path(tmp) / "lane",
             redis_server.url,
             env_overrides={"VOICELANE_REALTIME__SLOTS_PER_WORKER": "256"},

@@ -396,6 +396,25 @@ class Ledger:
     def active_jobs(self) -> list[str]:
         return sorted(m.decode() for m in cast(set[bytes], self.redis.smembers(self._active_key)))
 
+    def active_count(self) -> int:
+        """Jobs not in a final state."""
+        return int(self.redis.scard(self._active_key))
+
+    def record_error(self, job_id: str, error: str) -> None:
+        """Remember the job's last error (shown when it fails for good)."""
+        self.redis.hset(self.key(job_id), "last_error", " ".join(error.split())[:300])
+
+    def last_error(self, job_id: str) -> str | None:
+        return _s(cast(bytes | None, self.redis.hget(self.key(job_id), "last_error")))
+
+    def queue_length(self, queue: str) -> int:
+        """Messages waiting in a Celery queue (the broker's list lives in this Redis)."""
+        return int(self.redis.llen(queue))
+
+    def ping(self) -> None:
+        """Raises if Redis does not answer."""
+        self.redis.ping()
+
     # ---------------------------------------------------------------- chunks
     def acquire_chunk(self, job_id: str, n: int, worker: str, ttl_s: float) -> Lease:
         status, token = self._acquire(

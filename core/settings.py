@@ -6,23 +6,29 @@ Nested fields use ``__``: ``VOICELANE_BATCHER__MAX_BATCH=32``. Every field is do
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-if TYPE_CHECKING:
-    from core.lane import LaneTimings
+from core.rules import DEFAULT_SAMPLE_RATE_HZ, DEFAULT_VOICE
+from core.storage import StorageSettings
 
 
 class BatcherSettings(BaseModel):
-    """The dynamic batcher of one engine (see DESIGN.md)."""
+    """The dynamic batcher of one engine (see DESIGN.md): ``workers.batcher.Batcher`` takes
+    this object as its configuration."""
+
+    model_config = ConfigDict(frozen=True)
 
     max_batch: int = Field(64, ge=1)
+    """Most items in one engine call."""
     max_batch_cost: int | None = Field(None, ge=1)
+    """Most total cost (characters of text) in one call; None: no cost limit."""
     max_wait_realtime_s: float = Field(0.005, ge=0)
+    """How long the oldest real-time item may wait for its batch to fill."""
     max_wait_batch_s: float = Field(0.030, ge=0)
+    """How long the oldest batch item may wait for its batch to fill."""
     grow_after_successes: int = Field(8, ge=1)
+    """After an OOM halving, double max_batch back after this many good batches in a row."""
 
 
 class RealtimeSettings(BaseModel):
@@ -52,16 +58,8 @@ class RealtimeSettings(BaseModel):
     opus_bitrate_bps: int = Field(32000, ge=6000, le=510000)
     default_deadline_s: float = Field(300.0, gt=0)
     """Deadline of a stream whose client set none."""
-
-    def timings(self) -> LaneTimings:
-        from core.lane import LaneTimings
-
-        return LaneTimings(
-            heartbeat_ttl_s=self.heartbeat_ttl_s,
-            reclaim_idle_s=self.reclaim_idle_s,
-            worker_ttl_s=self.worker_ttl_s,
-            output_ttl_s=self.output_ttl_s,
-        )
+    cancel_ttl_s: float = Field(300.0, gt=0)
+    """A cancel mark is kept this long (longer than any worker could still be serving)."""
 
 
 class EmbeddedSettings(BaseSettings):
@@ -72,8 +70,8 @@ class EmbeddedSettings(BaseSettings):
     )
 
     engine: str = "espeak"
-    voice: str = "auto"
-    sample_rate_hz: int = 24000
+    voice: str = DEFAULT_VOICE
+    sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ
     max_segment_chars: int = Field(300, ge=20)
     max_text_chars: int = Field(10_000_000, ge=1)
     paragraph_pause_s: float = Field(0.3, ge=0)
@@ -83,8 +81,8 @@ class EmbeddedSettings(BaseSettings):
     batcher: BatcherSettings = Field(default_factory=BatcherSettings)
 
 
-class LaneSettings(BaseSettings):
-    """What every process of the two lanes shares (worker, CPU worker, API, Flower, up)."""
+class ServiceSettings(BaseSettings):
+    """What every service process shares (workers, API, gRPC front, Flower, ``up``)."""
 
     model_config = SettingsConfigDict(
         env_prefix="VOICELANE_", env_nested_delimiter="__", extra="ignore"
@@ -113,9 +111,11 @@ class LaneSettings(BaseSettings):
     max_stream_text_chars: int = Field(20_000, ge=1)
     """Longest text one real-time stream may speak (in total, for Converse)."""
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    """Object storage (its own variables: ``VOICELANE_STORAGE_*``, see docs/storage.md)."""
 
 
-class WorkerSettings(LaneSettings):
+class WorkerSettings(ServiceSettings):
     """``voicelane worker``: one engine + one batcher + a Celery consumer (GPU side), or the
     CPU side (``--queues control,assemble``) without an engine."""
 
@@ -133,7 +133,7 @@ class WorkerSettings(LaneSettings):
     busy thread may keep the GIL from a real-time session that woke up. 0: leave it."""
 
 
-class ApiSettings(LaneSettings):
+class ApiSettings(ServiceSettings):
     """``voicelane api``: the REST front."""
 
     host: str = "127.0.0.1"
@@ -144,7 +144,7 @@ class ApiSettings(LaneSettings):
     page_size_max: int = Field(100, ge=1)
 
 
-class FlowerSettings(LaneSettings):
+class FlowerSettings(ServiceSettings):
     """``voicelane flower``: read-only Flower with basic auth."""
 
     flower_host: str = "127.0.0.1"
@@ -153,7 +153,7 @@ class FlowerSettings(LaneSettings):
     """``user:password``; required unless dev_mode (then ``admin:admin``)."""
 
 
-class GrpcSettings(LaneSettings):
+class GrpcSettings(ServiceSettings):
     """``voicelane grpc``: the thin gRPC front of the real-time lane."""
 
     grpc_host: str = "127.0.0.1"

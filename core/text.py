@@ -1,8 +1,7 @@
-"""Cut mixed Chinese/English text into speakable segments, and group segments into chunks.
+"""Cut mixed Chinese/English text into speakable segments.
 
 :func:`split_sentences` turns an input string into :class:`Segment` objects: normalized text to
 speak plus the ``[start, end)`` span (code point offsets) it came from in the input.
-:func:`group_chunks` packs consecutive segments into :class:`Chunk` objects of bounded size.
 
 Sentence ends
     * ``. ! ? ; …`` (and any run of them, ``?!``, ``...``) end a sentence only when followed by
@@ -56,14 +55,7 @@ Long sentences (soft splits)
     and Latin/digits as in ``中文|abc``; never right before punctuation like ``，」`` nor right
     after an opening bracket); else (one token longer than the limit: a URL, base64) a hard cut
     at exactly ``max_chars``. The clause rule is taken literally: an early comma wins over a
-    later space, which may leave a short piece; :func:`group_chunks` merges short pieces again.
-
-Chunks (:func:`group_chunks`)
-    Greedy, in order: a segment joins the current chunk while ``len(Chunk.text)`` stays within
-    the limit (the joining space counts, and there is none between two CJK characters); a
-    segment longer than the limit is a chunk of its own. A chunk is also closed after a
-    ``paragraph_end`` segment when it is at least half full, so paragraphs and chunks line up
-    where that costs little.
+    later space, which may leave a short piece.
 
 CJK
     "CJK character" means Han ideographs (all blocks, planes 2-3 included), CJK radicals and
@@ -82,7 +74,6 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -90,10 +81,9 @@ __all__ = [
     "DEFAULT_MAX_SEGMENT_CHARS",
     "MIN_MAX_CHARS",
     "NUMBER_ABBREVIATIONS",
-    "Chunk",
     "Segment",
     "contains_cjk",
-    "group_chunks",
+    "has_speakable_text",
     "normalize_whitespace",
     "split_sentences",
 ]
@@ -102,7 +92,7 @@ DEFAULT_MAX_SEGMENT_CHARS = 300
 """Default upper bound on ``len(Segment.text)``."""
 
 MIN_MAX_CHARS = 20
-"""Smallest ``max_chars`` accepted by :func:`split_sentences` and :func:`group_chunks`."""
+"""Smallest ``max_chars`` accepted by :func:`split_sentences`."""
 
 ABBREVIATIONS: tuple[str, ...] = (
     # titles
@@ -223,38 +213,13 @@ class Segment:
     """True for the last segment of a paragraph (and of the text)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """Consecutive segments rendered together."""
-
-    segments: tuple[Segment, ...]
-
-    def __post_init__(self) -> None:
-        if not self.segments:
-            raise ValueError("a Chunk needs at least one segment")
-
-    @property
-    def start(self) -> int:
-        return self.segments[0].start
-
-    @property
-    def end(self) -> int:
-        return self.segments[-1].end
-
-    @property
-    def text(self) -> str:
-        """Segment texts joined by ``" "``, or by ``""`` where both sides of the join are CJK."""
-        parts: list[str] = []
-        previous = ""
-        for segment in self.segments:
-            if parts:
-                parts.append("" if _tight_join(previous, segment.text) else " ")
-            parts.append(segment.text)
-            previous = segment.text
-        return "".join(parts)
-
-
 # --- public functions --------------------------------------------------------------------
+
+
+def has_speakable_text(text: str) -> bool:
+    """Whether ``text`` holds anything to speak: a letter or digit (the rule by which
+    :func:`split_sentences` drops segments, so a text without one yields no segment)."""
+    return _SPEAKABLE_RE.search(text) is not None
 
 
 def contains_cjk(text: str) -> bool:
@@ -308,60 +273,9 @@ def split_sentences(text: str, max_chars: int = DEFAULT_MAX_SEGMENT_CHARS) -> li
     return out
 
 
-def group_chunks(segments: Sequence[Segment], max_chars: int) -> list[Chunk]:
-    """Pack consecutive segments into chunks whose :attr:`Chunk.text` is at most ``max_chars``.
-
-    Greedy and order-preserving: a segment joins the current chunk while the joined text stays
-    within ``max_chars``; a segment longer than ``max_chars`` is a chunk of its own. A chunk is
-    also closed after a segment with ``paragraph_end`` once the chunk is at least half full
-    (``2 * len(text) >= max_chars``), so paragraph breaks line up with chunk breaks where that
-    costs little; a paragraph end in a chunk under half full does not close it.
-    Raises :class:`ValueError` if ``max_chars`` is below :data:`MIN_MAX_CHARS`.
-    """
-    _check_max_chars(max_chars)
-    chunks: list[Chunk] = []
-    current: list[Segment] = []
-    length = 0
-    for segment in segments:
-        if current:
-            joined = length + len(segment.text)
-            if not _tight_join(current[-1].text, segment.text):
-                joined += 1
-            if joined <= max_chars:
-                current.append(segment)
-                length = joined
-            else:
-                chunks.append(Chunk(tuple(current)))
-                current = [segment]
-                length = len(segment.text)
-        else:
-            current = [segment]
-            length = len(segment.text)
-        if segment.paragraph_end and 2 * length >= max_chars:
-            chunks.append(Chunk(tuple(current)))
-            current = []
-            length = 0
-    if current:
-        chunks.append(Chunk(tuple(current)))
-    return chunks
-
-
-# --- internals ---------------------------------------------------------------------------
-
-
 def _check_max_chars(max_chars: int) -> None:
     if max_chars < MIN_MAX_CHARS:
         raise ValueError(f"max_chars must be at least {MIN_MAX_CHARS}, got {max_chars}")
-
-
-def _tight_join(left: str, right: str) -> bool:
-    """True when ``left + right`` should be joined without a space (CJK on both sides)."""
-    return (
-        bool(left)
-        and bool(right)
-        and _CJK_CHAR_RE.match(left[-1]) is not None
-        and _CJK_CHAR_RE.match(right[0]) is not None
-    )
 
 
 def _is_abbreviation(text: str, dot: int, after: int) -> bool:

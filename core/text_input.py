@@ -25,34 +25,42 @@ BINARY_CONTROL_RATIO = 0.01
 """More control characters than this share of the text: binary, not text."""
 
 
-def decode_text(data: bytes, *, max_chars: int, source: str = "input") -> str:
-    """Decode and check ``data``; raises :class:`InvalidInputError` (one line) when unusable."""
+def decode_text(
+    data: bytes, *, max_chars: int, source: str = "input", field: str | None = None
+) -> str:
+    """Decode and check ``data``; raises :class:`InvalidInputError` (one line) when unusable.
+    ``source`` names the input in messages; ``field`` is the request field it came in."""
     if not data:
-        raise InvalidInputError(f"{source} is empty")
+        raise InvalidInputError(f"{source} is empty", field=field)
     nul = data.find(b"\x00")
     if nul >= 0:
-        raise InvalidInputError(f"{source} looks binary (NUL byte at offset {nul}); expected text")
+        raise InvalidInputError(
+            f"{source} looks binary (NUL byte at offset {nul}); expected text", field=field
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidInputError(
-            f"{source} is not valid UTF-8 (byte 0x{data[error.start]:02x} at offset {error.start})"
+            f"{source} is not valid UTF-8 (byte 0x{data[error.start]:02x} at offset {error.start})",
+            field=field,
         ) from None
-    return check_text(text, max_chars=max_chars, source=source)
+    return check_text(text, max_chars=max_chars, source=source, field=field)
 
 
-def check_text(text: str, *, max_chars: int, source: str = "text") -> str:
+def check_text(text: str, *, max_chars: int, source: str = "text", field: str | None = None) -> str:
     """The same checks for text that arrived already decoded (JSON, command line)."""
     text = text.removeprefix(BOM)
     controls = len(CONTROL_CHARS.findall(text))
     if "\x00" in text or (controls and controls > BINARY_CONTROL_RATIO * len(text)):
-        raise InvalidInputError(f"{source} looks binary ({controls} control characters)")
+        raise InvalidInputError(
+            f"{source} looks binary ({controls} control characters)", field=field
+        )
     if controls:
         text = CONTROL_CHARS.sub("", text)
     if not text.strip():
-        raise InvalidInputError(f"{source} has no text to speak")
+        raise InvalidInputError(f"{source} has no text to speak", field=field)
     if len(text) > max_chars:
         raise TextTooLargeError(
-            f"{source} has {len(text):,} characters; the limit is {max_chars:,}"
+            f"{source} has {len(text):,} characters; the limit is {max_chars:,}", field=field
         )
     return text

@@ -54,6 +54,7 @@ from core.errors import (
     ShuttingDownError,
     VoicelaneError,
 )
+from core.settings import BatcherSettings
 from workers.engines.base import Engine, PcmF32, Utterance
 
 log = logging.getLogger(__name__)
@@ -68,33 +69,11 @@ class Priority(enum.StrEnum):
     BATCH = "batch"
 
 
-@dataclass(frozen=True, slots=True)
-class BatcherConfig:
-    max_batch: int = 64
-    """Most items in one engine call."""
-    max_batch_cost: int | None = None
-    """Most total cost (characters of text) in one call; None: no cost limit."""
-    max_wait_realtime_s: float = 0.005
-    """How long the oldest real-time item may wait for its batch to fill."""
-    max_wait_batch_s: float = 0.030
-    """How long the oldest batch item may wait for its batch to fill."""
-    grow_after_successes: int = 8
-    """After an OOM halving, double max_batch back after this many good batches in a row."""
-
-    def __post_init__(self) -> None:
-        if self.max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
-        if self.max_batch_cost is not None and self.max_batch_cost < 1:
-            raise ValueError("max_batch_cost must be >= 1 or None")
-        if self.max_wait_realtime_s < 0 or self.max_wait_batch_s < 0:
-            raise ValueError("max_wait must be >= 0")
-        if self.grow_after_successes < 1:
-            raise ValueError("grow_after_successes must be >= 1")
-
-    def max_wait_s(self, priority: Priority) -> float:
-        if priority is Priority.REALTIME:
-            return self.max_wait_realtime_s
-        return self.max_wait_batch_s
+def max_wait_s(config: BatcherSettings, priority: Priority) -> float:
+    """How long the oldest item of ``priority`` may wait for its batch to fill."""
+    if priority is Priority.REALTIME:
+        return config.max_wait_realtime_s
+    return config.max_wait_batch_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,13 +289,13 @@ class Batcher:
     def __init__(
         self,
         engine: Engine,
-        config: BatcherConfig | None = None,
+        config: BatcherSettings | None = None,
         *,
         clock: Clock = time.monotonic,
         name: str = "batcher",
     ) -> None:
         self.engine = engine
-        self.config = config or BatcherConfig()
+        self.config = config or BatcherSettings()
         self.clock = clock
         self._name = name
         self._lock = threading.Lock()
@@ -546,7 +525,7 @@ class Batcher:
                     head_queue = queues[Priority.REALTIME] or queues[Priority.BATCH]
                     head = head_queue[0]
                     batch, full = self._collect(head.key)
-                    due_at = head.submitted_at + self.config.max_wait_s(head.priority)
+                    due_at = head.submitted_at + max_wait_s(self.config, head.priority)
                     if full or now >= due_at or self._closing:
                         self._take(batch)
                         return batch

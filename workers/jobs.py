@@ -17,29 +17,22 @@ import json
 import logging
 import tempfile
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
 
 from core.audio import AudioFormat, float_to_int16, int16_to_float, open_writer
+from core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, NOTIFY_TASK, RENDER_CHUNK_TASK, Enqueue
 from core.errors import CallbackError, is_permanent
 from core.ledger import ChunkPlan, Job, JobState, Ledger, job_summary
-from core.settings import LaneSettings
+from core.settings import ServiceSettings
 from core.storage import Storage
 from core.text import Segment, contains_cjk, split_sentences
 from workers.batcher import Batcher, Priority
-from workers.celery_app import ASSEMBLE_TASK, CLEANUP_TASK, NOTIFY_TASK, RENDER_CHUNK_TASK
-
-if TYPE_CHECKING:
-    from workers.realtime import RealtimeConsumer
 
 log = logging.getLogger(__name__)
-
-Enqueue = Callable[..., None]
 
 # Rough speaking rates, for sizing chunks before anything is rendered (espeak at 175 wpm;
 # other engines are within a factor of two, which is all chunk sizing needs).
@@ -48,17 +41,18 @@ _SECONDS_PER_OTHER_CHAR = 0.065
 
 
 @dataclass
-class LaneContext:
-    """What the job functions need; one per worker process."""
+class JobContext:
+    """What the job functions need (their dependencies, nothing of the process's
+    lifecycle); one per worker process. The batcher and the lease keeper are there on
+    workers with an engine (``render`` queue) only."""
 
-    settings: LaneSettings
+    settings: ServiceSettings
     ledger: Ledger
     storage: Storage
     worker_name: str
     enqueue: Enqueue
     batcher: Batcher | None = None
     leases: LeaseKeeper | None = None
-    realtime: RealtimeConsumer | None = None
 
 
 # ---------------------------------------------------------------------------- keys
@@ -84,7 +78,7 @@ def estimate_audio_s(text: str) -> float:
     return cjk * _SECONDS_PER_CJK_CHAR + (len(text) - cjk) * _SECONDS_PER_OTHER_CHAR
 
 
-def plan_chunks(text: str, settings: LaneSettings) -> list[ChunkPlan]:
+def plan_chunks(text: str, settings: ServiceSettings) -> list[ChunkPlan]:
     """Sentences grouped into chunks of about ``chunk_target_audio_s`` of audio."""
     segments = split_sentences(text, settings.max_segment_chars)
     groups: list[list[Segment]] = []
@@ -116,7 +110,7 @@ def plan_chunks(text: str, settings: LaneSettings) -> list[ChunkPlan]:
     ]
 
 
-def plan_job(ctx: LaneContext, job_id: str) -> int:
+def plan_job(ctx: JobContext, job_id: str) -> int:
     """queued → planning → rendering; enqueues one render task per chunk. Returns chunks."""
     ledger = ctx.ledger
     job = ledger.get(job_id)
@@ -178,7 +172,7 @@ class LeaseKeeper:
                     log.exception("could not renew the lease of job %s chunk %d", job_id, n)
 
 
-def render_chunk(ctx: LaneContext, job_id: str, n: int) -> str:
+def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
     """Render chunk ``n`` and commit it. Returns the ledger's verdict, or why it was skipped:
     ``committed``, ``assemble``, ``done``, ``busy``, ``inactive``, ``fenced``, ``failed``."""
     assert ctx.batcher is not None, "render_chunk needs a worker with an engine"
@@ -192,8 +186,7 @@ def render_chunk(ctx: LaneContext, job_id: str, n: int) -> str:
     attempts = ledger.record_attempt(job_id, n)
     if attempts > ctx.settings.max_chunk_attempts:
         ledger.release_chunk(job_id, n, lease.token)
-        last = ledger.redis.hget(ledger.key(job_id), "last_error")
-        reason = last.decode() if isinstance(last, bytes) else "the worker died"
+        reason = ledger.last_error(job_id) or "the worker died"
         fail_job(ctx, job_id, f"chunk {n} failed {attempts - 1} times; last error: {reason}")
         return "failed"
     if ctx.leases is not None:
@@ -207,7 +200,7 @@ def render_chunk(ctx: LaneContext, job_id: str, n: int) -> str:
         outcome = ledger.commit_chunk(job_id, n, lease.token, audio_s)
     except BaseException as error:
         ledger.release_chunk(job_id, n, lease.token)
-        ledger.redis.hset(ledger.key(job_id), "last_error", _one_line(error))
+        ledger.record_error(job_id, _one_line(error))
         if is_permanent(error):
             fail_job(ctx, job_id, f"chunk {n}: {_one_line(error)}")
             return "failed"
@@ -222,7 +215,7 @@ def render_chunk(ctx: LaneContext, job_id: str, n: int) -> str:
     return outcome
 
 
-def _render_plan(ctx: LaneContext, job: Job, plan: ChunkPlan) -> np.ndarray:
+def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
     from workers.render import speech_at_rate
 
     assert ctx.batcher is not None
@@ -251,7 +244,7 @@ def _render_plan(ctx: LaneContext, job: Job, plan: ChunkPlan) -> np.ndarray:
 # ---------------------------------------------------------------------------- assembly
 
 
-def assemble_job(ctx: LaneContext, job_id: str) -> bool:
+def assemble_job(ctx: JobContext, job_id: str) -> bool:
     """Parts → one encoded file → verified upload → ``done``. True if this call finished it."""
     ledger = ctx.ledger
     job = ledger.get(job_id)
@@ -292,7 +285,7 @@ def assemble_job(ctx: LaneContext, job_id: str) -> bool:
 # ---------------------------------------------------------------------------- endings
 
 
-def fail_job(ctx: LaneContext, job_id: str, reason: str) -> bool:
+def fail_job(ctx: JobContext, job_id: str, reason: str) -> bool:
     job = ctx.ledger.get(job_id)
     if job is None or not ctx.ledger.fail(job_id, reason):
         return False
@@ -301,20 +294,13 @@ def fail_job(ctx: LaneContext, job_id: str, reason: str) -> bool:
     return True
 
 
-def cancel_job(ctx: LaneContext, job_id: str) -> bool:
-    if not ctx.ledger.cancel(job_id):
-        return False
-    ctx.enqueue(CLEANUP_TASK, job_id)
-    return True
-
-
-def _after_final(ctx: LaneContext, job_id: str, callback_url: str | None) -> None:
+def _after_final(ctx: JobContext, job_id: str, callback_url: str | None) -> None:
     ctx.enqueue(CLEANUP_TASK, job_id)
     if callback_url:
         ctx.enqueue(NOTIFY_TASK, job_id)
 
 
-def cleanup_job(ctx: LaneContext, job_id: str) -> int:
+def cleanup_job(ctx: JobContext, job_id: str) -> int:
     """Remove a final job's parts and bulky ledger data. Returns parts removed."""
     job = ctx.ledger.get(job_id)
     if job is None or not job.state.final:
@@ -326,7 +312,7 @@ def cleanup_job(ctx: LaneContext, job_id: str) -> int:
     return removed
 
 
-def notify_job(ctx: LaneContext, job_id: str, *, client: httpx.Client | None = None) -> int:
+def notify_job(ctx: JobContext, job_id: str, *, client: httpx.Client | None = None) -> int:
     """POST the final job to its callback URL. Returns the HTTP status; raises to retry."""
     job = ctx.ledger.get(job_id)
     if job is None or not job.options.callback_url or not job.state.final:

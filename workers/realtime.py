@@ -11,14 +11,17 @@ control; each session runs in its own thread:
    sentence as they complete (Converse) or all at once (Synthesize);
 3. submit the next sentence to the batcher only while less than ``lookahead_s`` of audio
    is ahead of playback — real-time work stays just ahead of the listener;
-4. resample, encode 20 ms Opus packets, append them to the request's output stream with
-   contiguous ``seq`` and ``pts_ms`` (the first packet goes out alone, then
-   ``frames_per_chunk`` per entry), a caption before each sentence's audio, ``end`` last;
+4. resample, encode in the request's encoding — 20 ms Opus packets (the first goes out
+   alone, then ``frames_per_chunk`` per entry), or the bytes of a file / raw PCM for a front
+   that needs those — and append to the request's output stream with contiguous ``seq`` and
+   ``pts_ms``, a caption before each sentence's audio, ``end`` last;
 5. check the cancel mark between chunks: a cancelled stream stops within one batch step.
 
 A worker that takes over a dead worker's request continues after the last sentence that
-had started: the client may hear a gap, never a repeated or reordered ``seq``. Only the
-request's current owner can append (``LaneWorker.append_output``).
+had started: the client may hear a gap, never a repeated or reordered ``seq``. (A byte
+stream cannot continue mid-file: once part of it was sent, a takeover ends it with
+UNAVAILABLE.) Only the request's current owner can append
+(``RealtimeWorkerClient.append_output``).
 """
 
 from __future__ import annotations
@@ -31,20 +34,22 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from core.audio import OpusStreamEncoder, StreamResampler
+from core.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
+from core.audio.stream import ByteStreamEncoder
 from core.errors import (
     CancelledError,
     DeadlineExceededError,
     ShuttingDownError,
+    UnavailableError,
     VoicelaneError,
     grpc_status_name,
 )
-from core.lane import (
+from core.realtime_lane import (
     EventKind,
     InputKind,
     InputPiece,
-    LaneWorker,
     OutputEvent,
+    RealtimeWorkerClient,
     StreamRequest,
     now_ms,
 )
@@ -55,7 +60,6 @@ from workers.engines import PcmF32, Utterance
 
 log = logging.getLogger(__name__)
 
-FRAME_MS = 20
 _READ_BLOCK_MS = 100
 _POLL_S = 0.02
 _CANCEL_CHECK_S = 0.05
@@ -82,26 +86,36 @@ def _slices(pcm: PcmF32, rate_hz: int, started: bool) -> Iterator[PcmF32]:
         yield pcm[start : start + step]
 
 
-class _Packetizer:
-    """Groups Opus packets into output entries: the very first packet alone (time to first
-    audio), then ``frames_per_chunk`` per entry; keeps ``seq`` contiguous and ``pts_ms``."""
+class _OpusOutput:
+    """Encodes 20 ms Opus packets and groups them into output entries: the very first packet
+    alone (time to first audio), then ``frames_per_chunk`` per entry; keeps ``seq``
+    contiguous and ``pts_ms``."""
 
-    def __init__(self, session: Session, seq: int, pts_ms: int, frames_per_chunk: int) -> None:
+    def __init__(self, session: Session, resume: _Resume, rate_hz: int) -> None:
+        settings = session.settings
         self.session = session
-        self.seq = seq
-        self.sent_ms = pts_ms
+        self.encoder = OpusStreamEncoder(rate_hz, bitrate_bps=settings.opus_bitrate_bps)
+        self.seq = resume.next_seq
+        self.sent_ms = resume.pts_ms
         """pts of the first pending packet."""
         self.pending: list[bytes] = []
-        self.frames_per_chunk = frames_per_chunk
-        self.first_sent = seq > 0
+        self.frames_per_chunk = settings.frames_per_chunk
+        self.first_sent = self.seq > 0
 
     @property
     def produced_ms(self) -> int:
-        return self.sent_ms + FRAME_MS * len(self.pending)
+        return self.sent_ms + FRAME_DURATION_MS * len(self.pending)
 
-    def add(self, packets: list[bytes], sentence: int) -> None:
-        self.pending.extend(packets)
+    def write(self, pcm: PcmF32, sentence: int) -> None:
+        self.pending.extend(self.encoder.encode(pcm))
         self.drain(sentence, final=False)
+
+    def end_sentence(self, sentence: int) -> None:
+        self.drain(sentence, final=True)
+
+    def close(self) -> None:
+        self.pending.extend(self.encoder.flush())
+        self.drain(-1, final=True)
 
     def drain(self, sentence: int, *, final: bool) -> None:
         while self.pending:
@@ -110,9 +124,45 @@ class _Packetizer:
                 return
             self.session.audio(self.seq, self.pending[:size], self.sent_ms, sentence)
             self.seq += 1
-            self.sent_ms += FRAME_MS * size
+            self.sent_ms += FRAME_DURATION_MS * size
             self.pending = self.pending[size:]
             self.first_sent = True
+
+
+class _ByteOutput:
+    """Encodes a byte stream (a file, or raw PCM) and appends its pieces as they are ready;
+    ``pts_ms`` of a piece is the audio written before it."""
+
+    def __init__(self, session: Session, rate_hz: int) -> None:
+        request = session.request
+        self.session = session
+        self.rate_hz = rate_hz
+        self.encoder = ByteStreamEncoder(
+            request.encoding, rate_hz, bitrate_bps=session.settings.opus_bitrate_bps
+        )
+        self.seq = 0
+        self.sent_ms = 0
+        self.first_sent = False
+
+    @property
+    def produced_ms(self) -> int:
+        return self.encoder.samples_in * 1000 // self.rate_hz
+
+    def write(self, pcm: PcmF32, sentence: int) -> None:
+        self._send(self.encoder.encode(pcm), sentence)
+
+    def end_sentence(self, sentence: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self._send(self.encoder.close(), -1)
+
+    def _send(self, data: bytes, sentence: int) -> None:
+        if data:
+            self.session.audio(self.seq, [data], self.sent_ms, sentence)
+            self.seq += 1
+            self.first_sent = True
+        self.sent_ms = self.produced_ms
 
 
 @dataclass
@@ -243,10 +293,15 @@ class Session:
             )
             return
         self.batcher.engine.validate(Utterance("check", request.voice, request.speed))
-        out = _Packetizer(self, resume.next_seq, resume.pts_ms, self.settings.frames_per_chunk)
-        encoder = OpusStreamEncoder(
-            request.sample_rate_hz, bitrate_bps=self.settings.opus_bitrate_bps
-        )
+        out: _OpusOutput | _ByteOutput
+        if request.encoding.packets:
+            out = _OpusOutput(self, resume, request.sample_rate_hz)
+        elif resume.next_seq:
+            raise UnavailableError(
+                "the worker serving this stream stopped mid-file; request it again"
+            )
+        else:
+            out = _ByteOutput(self, request.sample_rate_hz)
         resampler = StreamResampler(self.batcher.engine.sample_rate_hz, request.sample_rate_hz)
         for sentence in self._sentences():
             if sentence.index < resume.next_sentence:
@@ -269,11 +324,10 @@ class Session:
                     # Encode just ahead of playback: leaves the CPU to other streams' first
                     # packets instead of encoding a whole sentence nobody hears yet.
                     self._pace(out.produced_ms, self.settings.encode_ahead_s)
-                    out.add(encoder.encode(resampler.process(piece)), sentence.index)
-            out.add(encoder.encode(resampler.flush()), sentence.index)
-            out.drain(sentence.index, final=True)
-        out.add(encoder.flush(), -1)
-        out.drain(-1, final=True)
+                    out.write(resampler.process(piece), sentence.index)
+            out.write(resampler.flush(), sentence.index)
+            out.end_sentence(sentence.index)
+        out.close()
         self._append(OutputEvent(EventKind.END, seq=out.seq, pts_ms=out.produced_ms))
         log.info("request %s done: %d chunks, %.1f s", rid, out.seq, out.produced_ms / 1000)
 
@@ -282,7 +336,7 @@ class Session:
             OutputEvent(
                 EventKind.AUDIO,
                 seq=seq,
-                packets=tuple(packets),
+                data=tuple(packets),
                 pts_ms=pts_ms,
                 sample_rate_hz=self.request.sample_rate_hz,
                 server_ts_ms=now_ms(),
@@ -366,7 +420,7 @@ class Session:
                 resume.ended = True
             if event.kind is EventKind.AUDIO:
                 resume.next_seq = event.seq + 1
-                resume.pts_ms = event.pts_ms + FRAME_MS * len(event.packets)
+                resume.pts_ms = event.pts_ms + FRAME_DURATION_MS * len(event.data)
             if event.sentence >= 0:
                 resume.next_sentence = max(resume.next_sentence, event.sentence + 1)
         return resume
@@ -375,7 +429,9 @@ class Session:
 class RealtimeConsumer:
     """Claims stream requests for this worker and runs a :class:`Session` for each."""
 
-    def __init__(self, batcher: Batcher, lane: LaneWorker, settings: RealtimeSettings) -> None:
+    def __init__(
+        self, batcher: Batcher, lane: RealtimeWorkerClient, settings: RealtimeSettings
+    ) -> None:
         self.batcher = batcher
         self.lane = lane
         self.settings = settings
@@ -432,9 +488,9 @@ class RealtimeConsumer:
         self._pool.submit(session.run)
 
     def _run(self) -> None:
-        timings = self.lane.timings
-        beat_every_s = min(timings.heartbeat_ttl_s, timings.reclaim_idle_s) / 3
-        reclaim_every_s = timings.reclaim_idle_s / 2
+        settings = self.settings
+        beat_every_s = min(settings.heartbeat_ttl_s, settings.reclaim_idle_s) / 3
+        reclaim_every_s = settings.reclaim_idle_s / 2
         last_beat = last_reclaim = 0.0
         while not self.closing.is_set():
             try:

@@ -20,14 +20,14 @@ import logging
 import threading
 import time
 
+from core.batch_lane import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
 from core.ledger import JobState
-from workers.celery_app import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
-from workers.jobs import LaneContext
+from workers.jobs import JobContext
 
 log = logging.getLogger(__name__)
 
 
-def reconcile_once(ctx: LaneContext, *, now: float | None = None) -> int:
+def reconcile_once(ctx: JobContext, *, now: float | None = None) -> int:
     """One pass over the active jobs. Returns how many tasks it re-enqueued."""
     ledger = ctx.ledger
     settings = ctx.settings
@@ -68,7 +68,7 @@ def reconcile_once(ctx: LaneContext, *, now: float | None = None) -> int:
 class Reconciler:
     """Runs :func:`reconcile_once` every interval in a thread, one process at a time."""
 
-    def __init__(self, ctx: LaneContext) -> None:
+    def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)

@@ -29,7 +29,7 @@ from core.audio import AudioFormat, StreamResampler, open_writer, silence, valid
 from core.errors import DeadlineExceededError, InvalidInputError
 from core.settings import EmbeddedSettings
 from core.text import split_sentences
-from workers.batcher import Batcher, BatcherConfig, Priority
+from workers.batcher import Batcher, Priority
 from workers.engines import Engine, PcmF32, Utterance, create_engine
 
 Progress = Callable[[int, int, float], None]
@@ -50,10 +50,6 @@ class RenderResult:
     def speed_x(self) -> float:
         """Audio seconds per wall-clock second (x real time)."""
         return self.duration_s / self.elapsed_s if self.elapsed_s > 0 else float("inf")
-
-
-def batcher_config(settings: EmbeddedSettings) -> BatcherConfig:
-    return BatcherConfig(**settings.batcher.model_dump())
 
 
 class Speakable(Protocol):
@@ -145,7 +141,7 @@ class EmbeddedRenderer:
     def __init__(self, settings: EmbeddedSettings | None = None, engine: Engine | None = None):
         self.settings = settings or EmbeddedSettings()
         self.engine = engine or create_engine(self.settings.engine)
-        self.batcher = Batcher(self.engine, batcher_config(self.settings), name="embedded")
+        self.batcher = Batcher(self.engine, self.settings.batcher, name="embedded")
         self.batcher.start()
 
     def close(self) -> None:

@@ -2,82 +2,91 @@
 
 A GPU worker (queue ``render``) holds one engine and one batcher, shared by every Celery
 thread rendering chunks (and, with the real-time lane, by the real-time consumer): many
-chunks in flight, one model, batched. A CPU worker (``--queues control,assemble``) holds no
+chunks in flight, one model, batched. It publishes the engine's capabilities (voices, speed
+range) for the fronts' request rules. A CPU worker (``--queues control,assemble``) holds no
 engine; it plans jobs, assembles and uploads files, calls callbacks and runs the reconciler.
+
+:class:`WorkerProcess` is the process's lifecycle (what starts and stops with it); the
+:class:`~workers.jobs.JobContext` it installs (:mod:`workers.context`) is what the tasks need.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import sys
-import threading
+from dataclasses import dataclass
 
-from core.lane import VOICES_KEY
+from core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
 from core.ledger import Ledger
+from core.realtime_lane import RealtimeWorkerClient
 from core.settings import WorkerSettings
-from core.storage import StorageSettings, open_storage
-from workers.celery_app import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE, configure, enqueue
-from workers.jobs import LaneContext, LeaseKeeper
+from core.storage import open_storage
+from workers import context
+from workers.celery_app import configure, enqueue
+from workers.jobs import JobContext, LeaseKeeper
+from workers.realtime import RealtimeConsumer
+from workers.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 
-_context: LaneContext | None = None
-_context_lock = threading.Lock()
+
+@dataclass
+class WorkerProcess:
+    """What runs beside the Celery consumer in one worker process, and its shutdown."""
+
+    jobs: JobContext
+    realtime: RealtimeConsumer | None = None
+    reconciler: Reconciler | None = None
+
+    def close(self) -> None:
+        if self.reconciler is not None:
+            self.reconciler.close()
+        if self.realtime is not None:
+            self.realtime.close()
+        if self.jobs.leases is not None:
+            self.jobs.leases.close()
+        if self.jobs.batcher is not None:
+            self.jobs.batcher.close(drain=False)
 
 
-def context() -> LaneContext:
-    if _context is None:
-        raise RuntimeError("the worker context is not set up (run `voicelane worker`)")
-    return _context
-
-
-def set_context(ctx: LaneContext | None) -> None:
-    global _context  # noqa: PLW0603 - one context per worker process
-    with _context_lock:
-        _context = ctx
-
-
-def build_context(settings: WorkerSettings, *, with_engine: bool, name: str) -> LaneContext:
+def start_worker_process(
+    settings: WorkerSettings, *, queues: list[str], name: str
+) -> WorkerProcess:
     ledger = Ledger.from_url(settings.redis_url)
-    storage = open_storage(StorageSettings(), dev_mode=settings.dev_mode)
+    storage = open_storage(settings.storage, dev_mode=settings.dev_mode)
     storage.prepare()
-    ctx = LaneContext(
+    jobs = JobContext(
         settings=settings, ledger=ledger, storage=storage, worker_name=name, enqueue=enqueue
     )
-    if with_engine:
-        from workers.batcher import Batcher, BatcherConfig
+    process = WorkerProcess(jobs)
+    if RENDER_QUEUE in queues:
+        from workers.batcher import Batcher
         from workers.engines import create_engine
 
         engine = create_engine(settings.engine)
-        ctx.batcher = Batcher(
-            engine, BatcherConfig(**settings.batcher.model_dump()), name=f"batcher-{name}"
-        ).start()
-        ctx.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
-        voices = [v.id for v in engine.voices()]
-        ledger.redis.set(VOICES_KEY.format(engine=engine.name), json.dumps(voices))
+        jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
+        jobs.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
+        lane = RealtimeWorkerClient.from_url(settings.redis_url, name, settings.realtime)
+        lane.publish_capabilities(engine.capabilities())
         if settings.realtime_enabled:
-            from core.lane import LaneWorker
-            from workers.realtime import RealtimeConsumer
-
-            lane = LaneWorker.from_url(settings.redis_url, name, settings.realtime.timings())
-            ctx.realtime = RealtimeConsumer(ctx.batcher, lane, settings.realtime).start()
-    return ctx
+            process.realtime = RealtimeConsumer(jobs.batcher, lane, settings.realtime).start()
+    if CONTROL_QUEUE in queues:
+        process.reconciler = Reconciler(jobs).start()
+    return process
 
 
-def default_concurrency(ctx: LaneContext) -> int:
+def default_concurrency(jobs: JobContext) -> int:
     """Chunk threads when not configured: enough to fill the batcher's batches."""
-    if ctx.batcher is None:
+    if jobs.batcher is None:
         return 16  # CPU side: assembly, planning, callbacks
-    return 4 if ctx.batcher.max_batch == 1 else 16
+    return 4 if jobs.batcher.max_batch == 1 else 16
 
 
 def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     """Run a Celery worker (threads pool) on ``settings.queues`` until it is stopped."""
     from workers import tasks  # noqa: F401 - registers the tasks
-    from workers.reconciler import Reconciler
 
     queues = [q.strip() for q in settings.queues.split(",") if q.strip()]
     unknown = set(queues) - {CONTROL_QUEUE, RENDER_QUEUE, ASSEMBLE_QUEUE}
@@ -90,14 +99,13 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
         # chunk threads' numpy work: Python's default 5 ms hand-over adds up per packet.
         sys.setswitchinterval(settings.gil_switch_interval_s)
     app = configure(settings)
-    ctx = build_context(settings, with_engine=RENDER_QUEUE in queues, name=name)
-    set_context(ctx)
-    reconciler = Reconciler(ctx).start() if CONTROL_QUEUE in queues else None
+    process = start_worker_process(settings, queues=queues, name=name)
+    context.install(process.jobs)
     try:
         worker = app.Worker(
             hostname=name,
             pool_cls="threads",
-            concurrency=settings.concurrency or default_concurrency(ctx),
+            concurrency=settings.concurrency or default_concurrency(process.jobs),
             queues=queues,
             loglevel="INFO",
             task_events=True,
@@ -108,12 +116,5 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
         worker.start()
         return int(worker.exitcode or 0)
     finally:
-        if reconciler is not None:
-            reconciler.close()
-        if ctx.realtime is not None:
-            ctx.realtime.close()
-        if ctx.leases is not None:
-            ctx.leases.close()
-        if ctx.batcher is not None:
-            ctx.batcher.close(drain=False)
-        set_context(None)
+        process.close()
+        context.install(None)

@@ -13,15 +13,10 @@ import random
 
 from celery import Task
 
+from core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, NOTIFY_TASK, PLAN_TASK, RENDER_CHUNK_TASK
 from core.errors import is_permanent
-from workers.celery_app import (
-    ASSEMBLE_TASK,
-    CLEANUP_TASK,
-    NOTIFY_TASK,
-    PLAN_TASK,
-    RENDER_CHUNK_TASK,
-    app,
-)
+from workers.celery_app import app
+from workers.context import current as context
 from workers.jobs import (
     assemble_job,
     cleanup_job,
@@ -30,7 +25,6 @@ from workers.jobs import (
     plan_job,
     render_chunk,
 )
-from workers.runtime import context
 
 log = logging.getLogger(__name__)
 

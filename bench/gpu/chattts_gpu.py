@@ -45,8 +45,9 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import FULL, TINY, build_checkpoint  # noqa: E402
-from workers.batcher import Batcher, BatcherConfig, Priority  # noqa: E402
+from workers.batcher import Batcher, Priority  # noqa: E402
 from workers.engines import Utterance  # noqa: E402
 from workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from workers.engines.chattts_config import ChatTTSSettings  # noqa: E402
@@ -156,7 +157,7 @@ def throughput(directory: Path, options: Options, report: Report) -> None:
     engine = engine_for(directory, options)
     # All B items are submitted within a millisecond; the batch starts when the first has
     # waited 20 ms (or at once when B is the largest batch): the batcher's own cost included.
-    config = BatcherConfig(max_batch=max(options.batches), max_wait_batch_s=0.02)
+    config = BatcherSettings(max_batch=max(options.batches), max_wait_batch_s=0.02)
     rows: list[dict[str, Any]] = []
     print(f"### Throughput: {options.steps} steps per item, median of {options.repeat}\n")
     header(
@@ -239,7 +240,7 @@ def first_audio(directory: Path, options: Options, report: Report) -> None:
         "voicelane first chunk ms (max)", "voicelane all done s",
     )  # fmt: skip
     engine = engine_for(directory, options)
-    config = BatcherConfig(max_batch=max(options.stream_batches))  # real-time wait: 5 ms
+    config = BatcherSettings(max_batch=max(options.stream_batches))  # real-time wait: 5 ms
     with Batcher(engine, config) as batcher:
         for count in options.stream_batches:
             stream_first_audio(batcher, count, steps)  # warm-up

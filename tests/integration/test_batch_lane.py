@@ -21,8 +21,8 @@ from core.redis_server import RedisServer
 from core.settings import EmbeddedSettings
 from core.storage import S3Storage
 from tests.integration.conftest import s3_settings
-from tests.support.lane import OTHER_KEY, Lane, wait_for
 from tests.support.s3_server import S3Endpoint
+from tests.support.stack import OTHER_KEY, Stack, wait_for
 from workers.render import EmbeddedRenderer
 
 pytestmark = pytest.mark.integration
@@ -51,10 +51,10 @@ def bucket() -> str:
 @pytest.fixture(scope="module")
 def lane(
     tmp_path_factory: pytest.TempPathFactory, s3_endpoint: S3Endpoint, bucket: str
-) -> Iterator[Lane]:
+) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("lane")
     redis_server = RedisServer(directory / "redis").start()
-    lane = Lane(directory, redis_server.url, env_overrides=s3_env(s3_endpoint, bucket))
+    lane = Stack(directory, redis_server.url, env_overrides=s3_env(s3_endpoint, bucket))
     try:
         lane.gpu_worker()
         lane.cpu_worker()
@@ -71,7 +71,7 @@ def s3(s3_endpoint: S3Endpoint, bucket: str) -> S3Storage:
 
 
 @pytest.fixture
-def ledger(lane: Lane) -> Iterator[Ledger]:
+def ledger(lane: Stack) -> Iterator[Ledger]:
     ledger = Ledger.from_url(lane.redis_url)
     yield ledger
     ledger.redis.close()
@@ -86,7 +86,7 @@ def wait_final(client: httpx.Client, job_id: str, timeout_s: float = 120) -> dic
 
 
 def test_submit_done_download_and_duration_matches_embedded(
-    lane: Lane, s3: S3Storage, tmp_path: Path
+    lane: Stack, s3: S3Storage, tmp_path: Path
 ) -> None:
     with lane.client() as client:
         response = client.post("/v1/jobs", json={"text": SAMPLE, "format": "ogg"})
@@ -114,7 +114,7 @@ def test_submit_done_download_and_duration_matches_embedded(
     assert s3.incomplete_uploads(tenant_prefix) == []
 
 
-def test_a_text_file_upload_renders_to_the_asked_format(lane: Lane, tmp_path: Path) -> None:
+def test_a_text_file_upload_renders_to_the_asked_format(lane: Stack, tmp_path: Path) -> None:
     with lane.client() as client:
         response = client.post(
             "/v1/jobs",
@@ -131,7 +131,7 @@ def test_a_text_file_upload_renders_to_the_asked_format(lane: Lane, tmp_path: Pa
     assert info.codec == "flac" and info.sample_rate_hz == 16000
 
 
-def test_tenants_see_only_their_own_jobs(lane: Lane) -> None:
+def test_tenants_see_only_their_own_jobs(lane: Stack) -> None:
     with lane.client() as acme, lane.client(OTHER_KEY) as other:
         job_id = acme.post("/v1/jobs", json={"text": "Private words."}).json()["id"]
         assert other.get(f"/v1/jobs/{job_id}").status_code == 404
@@ -143,7 +143,7 @@ def test_tenants_see_only_their_own_jobs(lane: Lane) -> None:
 
 
 def test_cancel_mid_job_stops_rendering_and_removes_parts(
-    lane: Lane, ledger: Ledger, s3: S3Storage
+    lane: Stack, ledger: Ledger, s3: S3Storage
 ) -> None:
     text = " ".join(f"Sentence number {i} of a long chapter that goes on." for i in range(1500))
     with lane.client() as client:
@@ -183,7 +183,7 @@ class _CallbackSink(BaseHTTPRequestHandler):
         pass
 
 
-def test_callback_receives_the_finished_job(lane: Lane) -> None:
+def test_callback_receives_the_finished_job(lane: Stack) -> None:
     server = HTTPServer(("127.0.0.1", 0), _CallbackSink)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -201,7 +201,7 @@ def test_callback_receives_the_finished_job(lane: Lane) -> None:
         server.shutdown()
 
 
-def test_flower_answers_with_auth_only_and_is_read_only(lane: Lane) -> None:
+def test_flower_answers_with_auth_only_and_is_read_only(lane: Stack) -> None:
     lane.flower()
     auth = ("watcher", "flower-pass")
 

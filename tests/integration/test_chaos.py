@@ -20,8 +20,8 @@ from core.redis_server import RedisServer
 from core.storage import S3Storage
 from tests.integration.conftest import s3_settings
 from tests.integration.test_batch_lane import s3_env, wait_final
-from tests.support.lane import Lane, wait_for
 from tests.support.s3_server import S3Endpoint
+from tests.support.stack import Stack, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,11 +32,13 @@ LONG_TEXT = " ".join(
 
 
 @pytest.fixture
-def chaos(tmp_path: Path, s3_endpoint: S3Endpoint) -> Iterator[tuple[Lane, RedisServer, S3Storage]]:
+def chaos(
+    tmp_path: Path, s3_endpoint: S3Endpoint
+) -> Iterator[tuple[Stack, RedisServer, S3Storage]]:
     bucket = f"chaos-{uuid.uuid4().hex[:16]}"
     redis_server = RedisServer(tmp_path / "redis").start()
     env = {**s3_env(s3_endpoint, bucket), "VOICELANE_CHUNK_TARGET_AUDIO_S": "3"}
-    lane = Lane(tmp_path / "lane", redis_server.url, env_overrides=env)
+    lane = Stack(tmp_path / "lane", redis_server.url, env_overrides=env)
     storage = S3Storage(s3_settings(s3_endpoint, bucket))
     try:
         yield lane, redis_server, storage
@@ -46,7 +48,7 @@ def chaos(tmp_path: Path, s3_endpoint: S3Endpoint) -> Iterator[tuple[Lane, Redis
 
 
 def test_sigkill_of_the_gpu_worker_midway_loses_nothing_and_duplicates_nothing(
-    chaos: tuple[Lane, RedisServer, S3Storage],
+    chaos: tuple[Stack, RedisServer, S3Storage],
 ) -> None:
     lane, redis_server, storage = chaos
     first = lane.gpu_worker("gpu-1", concurrency=2)
@@ -98,7 +100,7 @@ def test_sigkill_of_the_gpu_worker_midway_loses_nothing_and_duplicates_nothing(
 
 
 def test_redis_restart_with_queued_jobs_loses_none(
-    chaos: tuple[Lane, RedisServer, S3Storage],
+    chaos: tuple[Stack, RedisServer, S3Storage],
 ) -> None:
     lane, redis_server, _ = chaos
     lane.api()  # no workers yet: everything stays queued

@@ -17,19 +17,19 @@ from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
 from tests.integration.test_batch_lane import wait_final
 from tests.support.chattts_checkpoint import build_checkpoint
-from tests.support.lane import ACME_KEY, Lane
+from tests.support.stack import ACME_KEY, Stack
 from tests.unit.workers.engines.conftest import require_chattts_extra
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def chattts_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
+def chattts_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     require_chattts_extra()
     directory = tmp_path_factory.mktemp("chattts-lane")
     checkpoint = build_checkpoint(directory / "tiny")
     redis_server = RedisServer(directory / "redis").start()
-    lane = Lane(
+    lane = Stack(
         directory / "lane",
         redis_server.url,
         env_overrides={
@@ -52,7 +52,7 @@ def chattts_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
         redis_server.stop()
 
 
-def test_a_batch_job_renders_with_chattts(chattts_lane: Lane, tmp_path: Path) -> None:
+def test_a_batch_job_renders_with_chattts(chattts_lane: Stack, tmp_path: Path) -> None:
     with chattts_lane.client() as client:
         voices = client.get("/v1/voices").json()
         assert voices["engine"] == "chattts" and "seed:3" in voices["voices"]
@@ -67,7 +67,7 @@ def test_a_batch_job_renders_with_chattts(chattts_lane: Lane, tmp_path: Path) ->
     assert info.duration_s == pytest.approx(job["output"]["duration_s"], abs=0.03)
 
 
-def test_a_realtime_stream_speaks_with_chattts(chattts_lane: Lane) -> None:
+def test_a_realtime_stream_speaks_with_chattts(chattts_lane: Stack) -> None:
     async def go() -> list[pb.AudioChunk]:
         async with grpc.aio.insecure_channel(chattts_lane.grpc_target) as channel:
             stub = pb_grpc.SpeechStub(channel)

@@ -23,18 +23,20 @@ import redis
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from api.grpc_front import Front, serve, start_front, stop_front, tenant_key
+from api.grpc_front import Front, serve, start_front, stop_front
 from core.audio import OpusStreamDecoder
-from core.lane import (
+from core.realtime_lane import (
+    CAPABILITIES_KEY,
     REQUESTS,
-    VOICES_KEY,
-    LaneClient,
-    LaneWorker,
+    RealtimeClient,
+    RealtimeWorkerClient,
     StreamRequest,
     cancel_key,
     now_ms,
+    tenant_key,
 )
 from core.redis_server import free_port
+from core.rules import EngineCapabilities, VoiceInfo
 from core.settings import GrpcSettings, RealtimeSettings
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
@@ -87,7 +89,7 @@ class Harness:
     def worker(self, **knobs: Any) -> FakeRealtimeWorker:
         worker = FakeRealtimeWorker(
             self.redis_url,
-            REALTIME.timings(),
+            REALTIME,
             FakeWorkerKnobs(**knobs),
             name=f"fake-{len(self.workers)}",
         )
@@ -97,7 +99,7 @@ class Harness:
     def capacity_without_worker(self, slots: int = 4) -> None:
         """A capacity report (and the consumer group) but nobody serving: for tests that
         must show that nothing is written although admission would have let it through."""
-        lane = LaneWorker.from_url(self.redis_url, "reporter", REALTIME.timings())
+        lane = RealtimeWorkerClient.from_url(self.redis_url, "reporter", REALTIME)
         lane.ensure_group()
         lane.report_capacity(slots)
         lane.redis.close()
@@ -133,7 +135,7 @@ def grpc_settings(redis_url: str, **overrides: Any) -> GrpcSettings:
 @pytest.fixture
 async def harness(redis_url: str) -> AsyncIterator[Harness]:
     settings = grpc_settings(redis_url)
-    lane = LaneClient.from_url(redis_url, REALTIME.timings())
+    lane = RealtimeClient.from_url(redis_url, REALTIME)
     front = await start_front(settings, lane)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{front.port}")
     client = redis.Redis.from_url(redis_url)
@@ -267,7 +269,8 @@ BAD_REQUESTS = [
     pytest.param({"text": "abc\x00def"}, "binary", id="nul"),
     pytest.param({"text": "\x01\x02\x03 abc"}, "binary", id="controls"),
     pytest.param({"text": "x" * (MAX_TEXT_CHARS + 1)}, "limit", id="too-long"),
-    pytest.param({"text": "Hi.", "voice": "klingon"}, "unknown voice", id="voice"),
+    pytest.param({"text": "... !!! ---"}, "nothing to speak", id="punctuation-only"),
+    pytest.param({"text": "Hi.", "voice": "klingon"}, "voice 'klingon' is unknown", id="voice"),
     pytest.param({"text": "Hi.", "sample_rate_hz": 22050}, "sample_rate_hz", id="rate"),
     pytest.param({"text": "Hi.", "speed": 3.0}, "speed", id="too-fast"),
     pytest.param({"text": "Hi.", "speed": 0.2}, "speed", id="too-slow"),
@@ -377,7 +380,7 @@ async def test_an_expired_deadline_is_refused_without_touching_the_lane(
     # A front whose floor is above the client's deadline: the refusal is the server's,
     # decided before the client's own timer could fire.
     settings = grpc_settings(harness.redis_url)
-    lane = LaneClient.from_url(harness.redis_url, REALTIME.timings())
+    lane = RealtimeClient.from_url(harness.redis_url, REALTIME)
     front = await start_front(settings, lane, min_deadline_s=30.0)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
@@ -520,7 +523,7 @@ async def test_a_message_over_the_limit_is_resource_exhausted(harness: Harness) 
 async def test_an_unreachable_redis_is_unavailable_not_a_crash() -> None:
     dead_url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     settings = grpc_settings(dead_url)
-    lane = LaneClient.from_url(dead_url, REALTIME.timings())
+    lane = RealtimeClient.from_url(dead_url, REALTIME)
     front = await start_front(settings, lane)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
@@ -579,7 +582,9 @@ MALFORMED = [
     pytest.param([delta("hi")], "first message", False, id="delta-before-start"),
     pytest.param([FLUSH], "first message", False, id="flush-before-start"),
     pytest.param([], "before its start", False, id="nothing"),
-    pytest.param([start_message(voice="klingon")], "unknown voice", False, id="bad-voice"),
+    pytest.param(
+        [start_message(voice="klingon")], "voice 'klingon' is unknown", False, id="bad-voice"
+    ),
     pytest.param([start_message(speed=9.0)], "speed", False, id="bad-speed"),
     pytest.param([start_message(), start_message()], "start", True, id="second-start"),
     pytest.param(
@@ -652,7 +657,10 @@ async def test_list_voices_falls_back_to_espeak_before_any_worker_registered(
 
 
 async def test_list_voices_returns_the_registered_voices(harness: Harness) -> None:
-    harness.redis.set(VOICES_KEY.format(engine="espeak"), '["auto", "custom-x"]')
+    published = EngineCapabilities(
+        "espeak", 22050, 0.5, 2.5, (VoiceInfo("auto"), VoiceInfo("custom-x"))
+    )
+    harness.redis.set(CAPABILITIES_KEY.format(engine="espeak"), published.to_json())
 
     reply = await harness.stub.ListVoices(pb.ListVoicesRequest(), metadata=ACME)
     error = await rpc_error(synthesize(harness, text=TEXT, voice="en-us"))
@@ -724,8 +732,8 @@ async def watch_status(watch: Any) -> int:
 
 async def test_serve_stops_gracefully_and_leaves_cut_streams_resumable(redis_url: str) -> None:
     settings = grpc_settings(redis_url)
-    lane = LaneClient.from_url(redis_url, REALTIME.timings())
-    worker = FakeRealtimeWorker(redis_url, REALTIME.timings(), FakeWorkerKnobs(hold_after_events=1))
+    lane = RealtimeClient.from_url(redis_url, REALTIME)
+    worker = FakeRealtimeWorker(redis_url, REALTIME, FakeWorkerKnobs(hold_after_events=1))
     ready, stop = asyncio.Event(), asyncio.Event()
     server = asyncio.create_task(serve(settings, lane=lane, ready=ready, stop=stop))
     worker.start()

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from core.audio import probe
+from core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
 from core.errors import EngineError
 from core.ledger import JobOptions, JobState, Ledger
-from core.settings import LaneSettings
+from core.settings import ServiceSettings
 from core.storage import LocalStorage, LocalStorageSettings
 from tests.support.engines import RecordingEngine
 from workers.batcher import Batcher
-from workers.celery_app import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
 from workers.engines import Utterance
 from workers.engines.espeak import EspeakEngine
 from workers.jobs import (
-    LaneContext,
+    JobContext,
     assemble_job,
     parts_prefix,
     plan_chunks,
@@ -44,12 +44,12 @@ class Recorder:
 
 
 @pytest.fixture
-def ctx(redis_url: str, tmp_path: Path) -> Iterator[LaneContext]:
-    settings = LaneSettings(redis_url=redis_url, chunk_target_audio_s=3, max_chunk_attempts=2)
+def ctx(redis_url: str, tmp_path: Path) -> Iterator[JobContext]:
+    settings = ServiceSettings(redis_url=redis_url, chunk_target_audio_s=3, max_chunk_attempts=2)
     storage = LocalStorage(LocalStorageSettings(root=tmp_path / "storage", secret="s" * 40))
     storage.prepare()
     batcher = Batcher(EspeakEngine()).start()
-    context = LaneContext(
+    context = JobContext(
         settings=settings,
         ledger=Ledger.from_url(redis_url),
         storage=storage,
@@ -61,7 +61,7 @@ def ctx(redis_url: str, tmp_path: Path) -> Iterator[LaneContext]:
     batcher.close()
 
 
-def recorder(ctx: LaneContext) -> Recorder:
+def recorder(ctx: JobContext) -> Recorder:
     assert isinstance(ctx.enqueue, Recorder)
     return ctx.enqueue
 
@@ -69,13 +69,13 @@ def recorder(ctx: LaneContext) -> Recorder:
 TEXT = "First sentence here. Second one follows.\n\nA new paragraph starts. 它也有中文。" * 3
 
 
-def submit(ctx: LaneContext, text: str = TEXT, fmt: str = "wav") -> str:
+def submit(ctx: JobContext, text: str = TEXT, fmt: str = "wav") -> str:
     options = JobOptions(voice="auto", format=fmt, sample_rate_hz=16000)
     return ctx.ledger.create("acme", options, text).id
 
 
 def test_chunks_hold_a_few_seconds_each_and_keep_order() -> None:
-    settings = LaneSettings(chunk_target_audio_s=3)
+    settings = ServiceSettings(chunk_target_audio_s=3)
     chunks = plan_chunks(TEXT * 4, settings)
     assert len(chunks) > 5
     assert [c.last for c in chunks].count(True) == 1 and chunks[-1].last
@@ -84,7 +84,7 @@ def test_chunks_hold_a_few_seconds_each_and_keep_order() -> None:
     assert all(len(c.texts) == len(c.paragraph_ends) >= 1 for c in chunks)
 
 
-def test_plan_render_assemble_end_to_end(ctx: LaneContext) -> None:
+def test_plan_render_assemble_end_to_end(ctx: JobContext) -> None:
     job_id = submit(ctx)
     total = plan_job(ctx, job_id)
     assert total > 1
@@ -116,8 +116,8 @@ def test_a_chunk_that_keeps_failing_fails_the_job_with_the_reason(
     engine = RecordingEngine(voices=("auto",), fail_when=broken)
     storage = LocalStorage(LocalStorageSettings(root=tmp_path / "s", secret="s" * 40))
     with Batcher(engine) as batcher:
-        context = LaneContext(
-            settings=LaneSettings(redis_url=redis_url, max_chunk_attempts=2),
+        context = JobContext(
+            settings=ServiceSettings(redis_url=redis_url, max_chunk_attempts=2),
             ledger=Ledger.from_url(redis_url),
             storage=storage,
             worker_name="w@test",
@@ -136,7 +136,7 @@ def test_a_chunk_that_keeps_failing_fails_the_job_with_the_reason(
     assert "chunk 0 failed 2 times" in job.error and "GPU fell off the bus" in job.error
 
 
-def test_cancel_during_render_removes_the_part(ctx: LaneContext) -> None:
+def test_cancel_during_render_removes_the_part(ctx: JobContext) -> None:
     job_id = submit(ctx)
     plan_job(ctx, job_id)
     lease = ctx.ledger.acquire_chunk(job_id, 0, "other@test", 30)
@@ -147,7 +147,7 @@ def test_cancel_during_render_removes_the_part(ctx: LaneContext) -> None:
     assert job is not None and ctx.storage.list_keys(parts_prefix(job)) == []
 
 
-def test_reconciler_requeues_a_dead_workers_chunk_once(ctx: LaneContext) -> None:
+def test_reconciler_requeues_a_dead_workers_chunk_once(ctx: JobContext) -> None:
     job_id = submit(ctx)
     plan_job(ctx, job_id)
     recorder(ctx).calls.clear()
@@ -160,7 +160,7 @@ def test_reconciler_requeues_a_dead_workers_chunk_once(ctx: LaneContext) -> None
     assert reconcile_once(ctx) == 0  # not again while the re-enqueued message waits
 
 
-def test_reconciler_requeues_every_unfinished_chunk_of_a_stalled_job(ctx: LaneContext) -> None:
+def test_reconciler_requeues_every_unfinished_chunk_of_a_stalled_job(ctx: JobContext) -> None:
     job_id = submit(ctx)
     total = plan_job(ctx, job_id)
     render_chunk(ctx, job_id, 0)
@@ -172,7 +172,7 @@ def test_reconciler_requeues_every_unfinished_chunk_of_a_stalled_job(ctx: LaneCo
     assert sorted(a[1] for a in recorder(ctx).of(RENDER_CHUNK_TASK)) == list(range(1, total))  # type: ignore[type-var]
 
 
-def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: LaneContext) -> None:
+def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: JobContext) -> None:
     job_id = submit(ctx, "One short sentence.")
     plan_job(ctx, job_id)
     assert render_chunk(ctx, job_id, 0) == "assemble"

@@ -19,12 +19,12 @@ import redis
 import websockets
 
 from core.audio import AudioFormat, OpusStreamDecoder, decode_to_pcm
-from core.lane import REQUESTS, heartbeat_key
+from core.realtime_lane import REQUESTS, heartbeat_key
 from core.redis_server import RedisServer
 from core.settings import EmbeddedSettings
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
-from tests.support.lane import ACME_KEY, ROOT, Lane, wait_for
+from tests.support.stack import ACME_KEY, ROOT, Stack, wait_for
 from workers.render import EmbeddedRenderer
 
 pytestmark = pytest.mark.integration
@@ -46,13 +46,15 @@ TIMINGS = {
 }
 
 
-def make_lane(tmp_path: Path, **env: str) -> tuple[Lane, RedisServer]:
+def make_lane(tmp_path: Path, **env: str) -> tuple[Stack, RedisServer]:
     redis_server = RedisServer(tmp_path / "redis").start()
-    return Lane(tmp_path / "lane", redis_server.url, env_overrides={**TIMINGS, **env}), redis_server
+    return Stack(
+        tmp_path / "lane", redis_server.url, env_overrides={**TIMINGS, **env}
+    ), redis_server
 
 
 @pytest.fixture(scope="module")
-def fast_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lane]:
+def fast_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     lane, redis_server = make_lane(tmp_path_factory.mktemp("rt"), **FAST)
     try:
         lane.gpu_worker()
@@ -78,7 +80,7 @@ def embedded_duration_s(text: str, tmp_path: Path) -> float:
 
 
 def test_a_streamed_paragraph_decodes_in_order_and_lasts_as_long_as_a_render(
-    fast_lane: Lane, tmp_path: Path
+    fast_lane: Stack, tmp_path: Path
 ) -> None:
     chunks = asyncio.run(collect(fast_lane.grpc_target, PARAGRAPH))
     assert [c.seq for c in chunks] == list(range(len(chunks)))
@@ -94,7 +96,7 @@ def test_a_streamed_paragraph_decodes_in_order_and_lasts_as_long_as_a_render(
     assert float(np.sqrt(np.mean(pcm**2))) > 0.01
 
 
-def test_an_expired_deadline_is_deadline_exceeded_and_never_queued(fast_lane: Lane) -> None:
+def test_an_expired_deadline_is_deadline_exceeded_and_never_queued(fast_lane: Stack) -> None:
     client = redis.Redis.from_url(fast_lane.redis_url)
     before = client.xlen(REQUESTS)
 
@@ -114,7 +116,7 @@ def test_an_expired_deadline_is_deadline_exceeded_and_never_queued(fast_lane: La
     assert client.xlen(REQUESTS) == before
 
 
-def test_websocket_twin_streams_opus_packets(fast_lane: Lane) -> None:
+def test_websocket_twin_streams_opus_packets(fast_lane: Stack) -> None:
     async def go() -> tuple[list[dict[str, object]], list[bytes]]:
         url = f"ws://127.0.0.1:{fast_lane.api_port}/v1/stream"
         events: list[dict[str, object]] = []
@@ -139,7 +141,7 @@ def test_websocket_twin_streams_opus_packets(fast_lane: Lane) -> None:
     assert len(pcm) / 16000 > 5
 
 
-def test_websocket_refuses_a_bad_key_and_bad_input(fast_lane: Lane) -> None:
+def test_websocket_refuses_a_bad_key_and_bad_input(fast_lane: Stack) -> None:
     async def first_event(headers: dict[str, str], body: str) -> tuple[dict[str, object], int]:
         url = f"ws://127.0.0.1:{fast_lane.api_port}/v1/stream"
         async with websockets.connect(url, additional_headers=headers) as socket:
@@ -160,7 +162,7 @@ def test_websocket_refuses_a_bad_key_and_bad_input(fast_lane: Lane) -> None:
 
 @pytest.mark.parametrize("fmt", ["mp3", "opus", "wav", "flac", "pcm"])
 def test_openai_compatible_speech_streams_each_format(
-    fast_lane: Lane, tmp_path: Path, fmt: str
+    fast_lane: Stack, tmp_path: Path, fmt: str
 ) -> None:
     with httpx.stream(
         "POST",
@@ -181,7 +183,7 @@ def test_openai_compatible_speech_streams_each_format(
     assert duration_s == pytest.approx(embedded_duration_s(PARAGRAPH, tmp_path), rel=0.06)
 
 
-def test_openai_speech_refuses_bad_input_with_json(fast_lane: Lane) -> None:
+def test_openai_speech_refuses_bad_input_with_json(fast_lane: Stack) -> None:
     response = httpx.post(
         f"{fast_lane.api_url}/v1/audio/speech",
         headers={"Authorization": f"Bearer {ACME_KEY}"},
@@ -194,7 +196,7 @@ def test_openai_speech_refuses_bad_input_with_json(fast_lane: Lane) -> None:
     assert response.status_code == 401
 
 
-def test_say_through_the_server_writes_the_streamed_audio(fast_lane: Lane, tmp_path: Path) -> None:
+def test_say_through_the_server_writes_the_streamed_audio(fast_lane: Stack, tmp_path: Path) -> None:
     out = tmp_path / "said.wav"
     done = subprocess.run(
         [sys.executable, "-m", "api.cli", "say", PARAGRAPH, "-o", str(out), "--server",

@@ -12,16 +12,16 @@ import pytest
 import redis
 
 from core.audio import OpusStreamDecoder
-from core.lane import (
+from core.realtime_lane import (
     GROUP,
     REQUESTS,
     EventKind,
     InputKind,
     InputPiece,
-    LaneClient,
-    LaneWorker,
     Mode,
     OutputEvent,
+    RealtimeClient,
+    RealtimeWorkerClient,
     StreamRequest,
     cancel_key,
     new_request_id,
@@ -30,7 +30,7 @@ from core.lane import (
 )
 from core.settings import RealtimeSettings
 from tests.support.engines import RecordingEngine
-from tests.support.lane import wait_for
+from tests.support.stack import wait_for
 from workers.batcher import Batcher
 from workers.engines import Utterance
 from workers.engines.espeak import EspeakEngine
@@ -58,7 +58,7 @@ def request(mode: Mode = Mode.SYNTHESIZE, deadline_s: float = 30.0, **kw: object
 
 def submit(url: str, req: StreamRequest, text: str | None = TEXT) -> None:
     async def go() -> None:
-        client = LaneClient.from_url(url)
+        client = RealtimeClient.from_url(url)
         await client.submit(req, text)
         await client.close()
 
@@ -83,7 +83,7 @@ def events(url: str, request_id: str, timeout_s: float = 30.0) -> list[OutputEve
 @pytest.fixture
 def espeak_consumer(redis_url: str) -> Iterator[RealtimeConsumer]:
     batcher = Batcher(EspeakEngine()).start()
-    lane = LaneWorker.from_url(redis_url, "w1@test", SETTINGS.timings())
+    lane = RealtimeWorkerClient.from_url(redis_url, "w1@test", SETTINGS)
     consumer = RealtimeConsumer(batcher, lane, SETTINGS).start()
     yield consumer
     consumer.close()
@@ -114,12 +114,12 @@ def test_a_stream_arrives_in_order_and_decodes_to_the_texts_audio(
     got = events(redis_url, req.request_id)
     audio = audio_of(got)
     assert [e.seq for e in audio] == list(range(len(audio)))
-    assert len(audio[0].packets) == 1  # the first packet goes out alone
+    assert len(audio[0].data) == 1  # the first packet goes out alone
     assert got[-1].kind is EventKind.END and got[-1].seq == len(audio)
     assert all(e.client_ts_ms == 12345 and e.sample_rate_hz == 24000 for e in audio)
     # pts are contiguous: each chunk starts where the previous one ended.
     for before, after in itertools.pairwise(audio):
-        assert after.pts_ms == before.pts_ms + 20 * len(before.packets)
+        assert after.pts_ms == before.pts_ms + 20 * len(before.data)
     captions = [e for e in got if e.kind is EventKind.CAPTION]
     assert [c.text for c in captions] == [
         "Hello there.",
@@ -128,7 +128,7 @@ def test_a_stream_arrives_in_order_and_decodes_to_the_texts_audio(
         "Goodbye now.",
     ]
     assert [TEXT[c.start : c.end] for c in captions] == [c.text for c in captions]
-    pcm = OpusStreamDecoder(24000).decode_all([p for e in audio for p in e.packets])
+    pcm = OpusStreamDecoder(24000).decode_all([p for e in audio for p in e.data])
     # The same sentences rendered directly by the engine, at 24 kHz.
     engine = EspeakEngine()
     direct_s = sum(
@@ -145,7 +145,7 @@ def test_converse_speaks_sentences_as_the_text_arrives(
     req = request(Mode.CONVERSE)
 
     async def go() -> list[OutputEvent]:
-        client = LaneClient.from_url(redis_url)
+        client = RealtimeClient.from_url(redis_url)
         await client.submit(req)
         await client.send_input(req.request_id, InputPiece(InputKind.TEXT, "First sentence. Sec"))
         first: list[OutputEvent] = []
@@ -183,7 +183,7 @@ def test_an_expired_request_never_reaches_a_batch(redis_url: str) -> None:
     engine = RecordingEngine(voices=("auto",))
     batcher = Batcher(engine).start()
     consumer = RealtimeConsumer(
-        batcher, LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings()), SETTINGS
+        batcher, RealtimeWorkerClient.from_url(redis_url, "w@test", SETTINGS), SETTINGS
     ).start()
     try:
         req = request(deadline_s=-1)
@@ -202,7 +202,7 @@ def test_cancel_mark_stops_the_engine_within_one_step(redis_url: str) -> None:
     engine.hold()  # step 0 runs, then the engine waits at the gate
     batcher = Batcher(engine).start()
     consumer = RealtimeConsumer(
-        batcher, LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings()), SETTINGS
+        batcher, RealtimeWorkerClient.from_url(redis_url, "w@test", SETTINGS), SETTINGS
     ).start()
     try:
         req = request()
@@ -223,7 +223,7 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
     redis_url: str, espeak_consumer: RealtimeConsumer
 ) -> None:
     espeak_consumer.close()  # start with no live consumer
-    dead = LaneWorker.from_url(redis_url, "dead@test", SETTINGS.timings())
+    dead = RealtimeWorkerClient.from_url(redis_url, "dead@test", SETTINGS)
     dead.ensure_group()
     req = request()
     submit(redis_url, req)
@@ -238,11 +238,11 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
         packet = b"\xf8\xff\xfe"  # a valid 20 ms Opus packet (silence)
         dead.append_output(
             req.request_id,
-            OutputEvent(EventKind.AUDIO, seq=seq, packets=(packet,), pts_ms=20 * seq, sentence=0),
+            OutputEvent(EventKind.AUDIO, seq=seq, data=(packet,), pts_ms=20 * seq, sentence=0),
         )
     batcher = Batcher(EspeakEngine()).start()
     survivor = RealtimeConsumer(
-        batcher, LaneWorker.from_url(redis_url, "w2@test", SETTINGS.timings()), SETTINGS
+        batcher, RealtimeWorkerClient.from_url(redis_url, "w2@test", SETTINGS), SETTINGS
     ).start()
     try:
         got = events(redis_url, req.request_id, timeout_s=30)
@@ -266,7 +266,7 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
 
 
 def test_trimming_keeps_pending_requests(redis_url: str) -> None:
-    lane = LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings())
+    lane = RealtimeWorkerClient.from_url(redis_url, "w@test", SETTINGS)
     lane.ensure_group()
     reqs = [request() for _ in range(3)]
     for req in reqs:
@@ -284,11 +284,11 @@ def test_trimming_keeps_pending_requests(redis_url: str) -> None:
 
 
 def test_capacity_is_reported_and_expires(redis_url: str) -> None:
-    lane = LaneWorker.from_url(redis_url, "w@test", SETTINGS.timings())
+    lane = RealtimeWorkerClient.from_url(redis_url, "w@test", SETTINGS)
     lane.report_capacity(5)
 
     async def capacity() -> int:
-        client = LaneClient.from_url(redis_url, SETTINGS.timings())
+        client = RealtimeClient.from_url(redis_url, SETTINGS)
         try:
             return await client.capacity()
         finally:

@@ -12,9 +12,9 @@ import redis
 from starlette.testclient import TestClient
 
 from api.rest import create_app
+from core.batch_lane import QUEUES, CeleryEnqueue
 from core.settings import ApiSettings
 from core.storage import LocalStorage, LocalStorageSettings
-from workers.celery_app import QUEUES, configure, enqueue
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +26,9 @@ OTHER = {"Authorization": "Bearer other-key-0002"}
 @pytest.fixture
 def api(redis_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, redis.Redis]]:
     settings = ApiSettings(redis_url=redis_url, api_keys=KEYS, max_text_chars=5000)
-    configure(settings)
     storage = LocalStorage(LocalStorageSettings(root=tmp_path / "storage", secret="s" * 40))
     storage.prepare()
-    app = create_app(settings, storage=storage, enqueue=enqueue)
+    app = create_app(settings, storage=storage, enqueue=CeleryEnqueue(settings))
     client = TestClient(app, base_url="http://api")
     connection = redis.Redis.from_url(redis_url)
     yield client, connection

@@ -1,10 +1,11 @@
 """A fake real-time worker for testing the fronts: the real lane protocol, synthetic audio.
 
-:class:`FakeRealtimeWorker` talks to Redis through :class:`core.lane.LaneWorker` exactly as a
-GPU worker does — reports capacity, claims requests from the consumer group, refreshes the
-session heartbeat and the pending entry, reads the input stream, honours cancel marks and
-deadlines, and writes ``caption`` / ``audio`` / ``end`` / ``error`` events — but instead of
-an engine it speaks every sentence as a sine tone encoded with the real Opus encoder
+:class:`FakeRealtimeWorker` talks to Redis through
+:class:`core.realtime_lane.RealtimeWorkerClient` exactly as a GPU worker does — reports
+capacity, claims requests from the consumer group, refreshes the session heartbeat and the
+pending entry, reads the input stream, honours cancel marks and deadlines, and writes
+``caption`` / ``audio`` / ``end`` / ``error`` events — but instead of an engine it speaks every
+sentence as a sine tone encoded with the real Opus encoder
 (:class:`core.audio.OpusStreamEncoder`), ``frames_per_sentence`` frames of 20 ms each.
 
 Knobs (:class:`FakeWorkerKnobs`) make it slow, hold it at a gate, let it die mid-stream
@@ -24,15 +25,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.audio import OpusStreamEncoder, PcmF32
-from core.lane import (
+from core.realtime_lane import (
     EventKind,
     InputKind,
-    LaneTimings,
-    LaneWorker,
     OutputEvent,
+    RealtimeWorkerClient,
     StreamRequest,
     now_ms,
 )
+from core.settings import RealtimeSettings
 
 log = logging.getLogger(__name__)
 
@@ -105,14 +106,14 @@ class FakeRealtimeWorker:
     def __init__(
         self,
         redis_url: str,
-        timings: LaneTimings,
+        timings: RealtimeSettings,
         knobs: FakeWorkerKnobs | None = None,
         *,
         name: str = "fake-rt",
     ) -> None:
         self.knobs = knobs or FakeWorkerKnobs()
         self.timings = timings
-        self.lane = LaneWorker.from_url(redis_url, name, timings)
+        self.lane = RealtimeWorkerClient.from_url(redis_url, name, timings)
         self.record = WorkerRecord()
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
@@ -288,7 +289,7 @@ class FakeRealtimeWorker:
             OutputEvent(
                 EventKind.AUDIO,
                 seq=session.next_seq,
-                packets=tuple(packets),
+                data=tuple(packets),
                 pts_ms=session.pts_ms,
                 sample_rate_hz=session.request.sample_rate_hz,
                 server_ts_ms=now_ms(),

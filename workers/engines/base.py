@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from core.errors import UnknownVoiceError
+from core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
+
+__all__ = ["Engine", "PcmF32", "Utterance", "VoiceInfo"]
 
 PcmF32 = npt.NDArray[np.float32]
 
@@ -40,15 +42,6 @@ class Utterance:
     """Engine-specific sampling parameters, as sorted pairs so utterances stay hashable."""
 
 
-@dataclass(frozen=True, slots=True)
-class VoiceInfo:
-    id: str
-    """The name callers pass as ``voice``."""
-    name: str
-    languages: tuple[str, ...]
-    gender: str = "unknown"
-
-
 class Engine(ABC):
     """A speech engine. Subclasses set ``name`` and ``sample_rate_hz``."""
 
@@ -57,6 +50,11 @@ class Engine(ABC):
     max_batch: int | None = None
     """Most utterances worth putting in one call; None: as many as the batcher allows.
     An engine that renders a batch one utterance at a time sets 1."""
+    min_speed: float = 1.0
+    max_speed: float = 1.0
+    """The speaking-rate multipliers the engine can render (its published range)."""
+    seed_voices: bool = False
+    """Any ``seed:N`` is a voice (engines that draw speakers from a seed)."""
 
     def load(self) -> None:  # noqa: B027 - optional hook
         """Load the model. Called once, on the thread that will run it."""
@@ -68,11 +66,28 @@ class Engine(ABC):
     def voices(self) -> list[VoiceInfo]:
         """Every voice this engine can speak with."""
 
+    def capabilities(self) -> EngineCapabilities:
+        """What this engine accepts, as workers publish it for the fronts' request rules
+        (:mod:`core.rules`). Computed once: voices do not change while an engine lives."""
+        cached: EngineCapabilities | None = self.__dict__.get("_capabilities")
+        if cached is None:
+            cached = EngineCapabilities(
+                engine=self.name,
+                sample_rate_hz=self.sample_rate_hz,
+                min_speed=self.min_speed,
+                max_speed=self.max_speed,
+                voices=tuple(self.voices()),
+                seed_voices=self.seed_voices,
+            )
+            self.__dict__["_capabilities"] = cached
+        return cached
+
     def validate(self, utterance: Utterance) -> None:
-        """Raise a permanent error when the utterance can never be rendered."""
-        if utterance.voice not in {v.id for v in self.voices()}:
-            known = ", ".join(sorted(v.id for v in self.voices())[:12])
-            raise UnknownVoiceError(f"unknown voice {utterance.voice!r} (known: {known}, ...)")
+        """Raise a permanent error when the utterance can never be rendered: the request
+        rules of :mod:`core.rules` against this engine's capabilities."""
+        caps = self.capabilities()
+        check_voice(utterance.voice, caps)
+        check_speed(utterance.speed, caps.min_speed, caps.max_speed)
 
     def batch_key(self, utterance: Utterance) -> Hashable:
         """What must be identical for two utterances to share one call."""

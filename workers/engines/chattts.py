@@ -32,10 +32,12 @@ from typing import Any, TypeVar
 import torch
 
 from core.errors import EngineError, EngineOutOfMemoryError, InvalidInputError, ModelLoadError
+from core.rules import DEFAULT_VOICE, seed_of
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 from .chattts_config import (
-    AUTO_VOICE,
+    MAX_SPEED,
+    MIN_SPEED,
     VOICE_LANGUAGES,
     ChatTTSSettings,
     Manifest,
@@ -45,7 +47,6 @@ from .chattts_config import (
     checkpoint_dir,
     read_manifest,
     read_voices_file,
-    seed_of,
     seed_voice_info,
     verify_checkpoint,
 )
@@ -157,6 +158,9 @@ class ChatTTSEngine(Engine):
 
     name = "chattts"
     sample_rate_hz = 24000
+    min_speed = MIN_SPEED
+    max_speed = MAX_SPEED
+    seed_voices = True
 
     def __init__(self, settings: ChatTTSSettings) -> None:
         self.settings = settings
@@ -192,7 +196,7 @@ class ChatTTSEngine(Engine):
     def _list_voices(self) -> list[VoiceInfo]:
         default = self.settings.default_voice
         auto = VoiceInfo(
-            id=AUTO_VOICE, name=f"Default voice ({default})", languages=VOICE_LANGUAGES
+            id=DEFAULT_VOICE, name=f"Default voice ({default})", languages=VOICE_LANGUAGES
         )
         named = [voice.info for voice in self._named.values()]
         seeded = [seed_voice_info(seed) for seed in range(self.settings.listed_seed_voices)]

@@ -32,6 +32,7 @@ from core.errors import (
     ModelLoadError,
     UnknownVoiceError,
 )
+from core.rules import DEFAULT_VOICE, MAX_SEED, SEED_VOICE_PREFIX, check_speed, seed_of
 
 from .base import Utterance, VoiceInfo
 
@@ -51,9 +52,6 @@ ASSET_FILES = (
 CONFIG_SECTIONS = frozenset({"gpt", "embed", "decoder", "dvae", "vocos", "spk_stat"})
 """The ChatTTS config sections a manifest may replace."""
 
-AUTO_VOICE = "auto"
-SEED_VOICE_PREFIX = "seed:"
-MAX_SEED = 2**63 - 1
 VOICE_LANGUAGES = ("cmn", "en")
 DEFAULT_SPEED_LEVEL = 5
 """ChatTTS's ``[speed_5]``: the default prompt."""
@@ -265,7 +263,7 @@ def _voice_error(path: Path, name: str, message: str) -> ModelLoadError:
 
 
 def _parse_voice(path: Path, name: str, entry: object) -> NamedVoice:
-    if not _VOICE_NAME_PATTERN.match(name) or name == AUTO_VOICE:
+    if not _VOICE_NAME_PATTERN.match(name) or name == DEFAULT_VOICE:
         raise _voice_error(path, name, "names are letters, digits, '_', '.', '-' (not 'auto')")
     if isinstance(entry, str):
         entry = {"spk_emb": entry}
@@ -311,18 +309,6 @@ def read_voices_file(path: Path) -> dict[str, NamedVoice]:
     if not isinstance(voices, dict):
         raise ModelLoadError(f'{path}: expected {{"voices": {{name: voice, ...}}}}')
     return {name: _parse_voice(path, name, entry) for name, entry in voices.items()}
-
-
-def seed_of(voice: str) -> int | None:
-    """``seed:1234`` → 1234; None for any other voice id. Raises on a malformed seed."""
-    if not voice.startswith(SEED_VOICE_PREFIX):
-        return None
-    digits = voice[len(SEED_VOICE_PREFIX) :]
-    if not digits.isdigit() or int(digits) > MAX_SEED or (len(digits) > 1 and digits[0] == "0"):
-        raise UnknownVoiceError(
-            f"unknown voice {voice!r}: seed voices are seed:N with N from 0 to {MAX_SEED}"
-        )
-    return int(digits)
 
 
 def seed_voice_info(seed: int) -> VoiceInfo:
@@ -401,7 +387,7 @@ class UtteranceParser:
         self.named_voices = named_voices
 
     def resolve_voice(self, voice: str) -> str:
-        if voice == AUTO_VOICE:
+        if voice == DEFAULT_VOICE:
             voice = self.settings.default_voice
         if voice in self.named_voices or seed_of(voice) is not None:
             return voice
@@ -413,10 +399,7 @@ class UtteranceParser:
     def parse(self, utterance: Utterance) -> UtteranceOptions:
         settings = self.settings
         voice = self.resolve_voice(utterance.voice)
-        if not MIN_SPEED <= utterance.speed <= MAX_SPEED:
-            raise InvalidInputError(
-                f"speed {utterance.speed} is out of range ({MIN_SPEED} to {MAX_SPEED})"
-            )
+        check_speed(utterance.speed, MIN_SPEED, MAX_SPEED)
         if utterance.seed is not None and not 0 <= utterance.seed <= MAX_SEED:
             raise InvalidInputError(f"seed must be from 0 to {MAX_SEED}")
         values: dict[str, float | int] = {}

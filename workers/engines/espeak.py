@@ -27,14 +27,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from core.errors import EngineError, InvalidInputError, UnknownVoiceError
+from core.errors import EngineError, UnknownVoiceError
+from core.rules import DEFAULT_VOICE
 from core.text import contains_cjk
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 
 log = logging.getLogger(__name__)
 
-AUTO_VOICE = "auto"
 _AUTO_CJK_VOICE = "cmn"
 _AUTO_LATIN_VOICE = "en-us"
 
@@ -192,14 +192,16 @@ class EspeakEngine(Engine):
 
     name = "espeak"
     max_batch = 1  # libespeak-ng renders one utterance at a time: batching only adds waiting
+    min_speed = MIN_SPEED
+    max_speed = MAX_SPEED
 
-    def __init__(self, default_voice: str = AUTO_VOICE) -> None:
+    def __init__(self, default_voice: str = DEFAULT_VOICE) -> None:
         self._library = _Library.get()
         self.sample_rate_hz = self._library.sample_rate_hz
         self.default_voice = default_voice
         self._voices = [
             VoiceInfo(
-                id=AUTO_VOICE,
+                id=DEFAULT_VOICE,
                 name="Automatic (Mandarin for Chinese text, American English otherwise)",
                 languages=("cmn", "en-us"),
             ),
@@ -212,19 +214,9 @@ class EspeakEngine(Engine):
     def voices(self) -> list[VoiceInfo]:
         return list(self._voices)
 
-    def validate(self, utterance: Utterance) -> None:
-        if utterance.voice not in self._voice_ids:
-            raise UnknownVoiceError(
-                f"unknown voice {utterance.voice!r}; `voicelane voices` lists the voices"
-            )
-        if not MIN_SPEED <= utterance.speed <= MAX_SPEED:
-            raise InvalidInputError(
-                f"speed {utterance.speed} is out of range ({MIN_SPEED} to {MAX_SPEED})"
-            )
-
     def _resolve(self, utterance: Utterance) -> tuple[str, int]:
         voice = utterance.voice
-        if voice == AUTO_VOICE:
+        if voice == DEFAULT_VOICE:
             voice = _AUTO_CJK_VOICE if contains_cjk(utterance.text) else _AUTO_LATIN_VOICE
         rate = round(DEFAULT_RATE_WPM * utterance.speed)
         return voice, max(MIN_RATE_WPM, min(MAX_RATE_WPM, rate))

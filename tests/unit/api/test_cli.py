@@ -86,7 +86,7 @@ BAD_INPUTS: list[tuple[str, bytes | None, list[str], str]] = [
     ("invalid-utf8", b"na\xefve text \xff", [], "not valid UTF-8"),
     ("binary", bytes(range(256)) * 4, [], "looks binary"),
     ("missing-file", None, [], "no such file"),
-    ("unknown-voice", b"Hello.", ["--voice", "klingon"], "unknown voice 'klingon'"),
+    ("unknown-voice", b"Hello.", ["--voice", "klingon"], "voice 'klingon' is unknown"),
     ("unknown-format", b"Hello.", ["--format", "aiff"], "unsupported"),
     ("bad-rate", b"Hello.", ["--sample-rate", "44100"], "44100"),
     ("bad-speed", b"Hello.", ["--speed", "10"], "speed"),

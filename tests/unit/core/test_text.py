@@ -14,10 +14,8 @@ from core.text import (
     ABBREVIATIONS,
     DEFAULT_MAX_SEGMENT_CHARS,
     NUMBER_ABBREVIATIONS,
-    Chunk,
     Segment,
     contains_cjk,
-    group_chunks,
     normalize_whitespace,
     split_sentences,
 )
@@ -343,8 +341,6 @@ def test_offsets_point_at_the_raw_span() -> None:
 def test_max_chars_validation() -> None:
     with pytest.raises(ValueError):
         split_sentences("hello", 19)
-    with pytest.raises(ValueError):
-        group_chunks([], 19)
     assert texts("hello", 20) == ["hello"]
     assert DEFAULT_MAX_SEGMENT_CHARS == 300
 
@@ -503,70 +499,6 @@ def test_property_max_chars_only_splits_long_sentences(text: str, max_chars: int
     assert sum(
         1 for s in segments for t in sentences if t.start <= s.start and s.end <= t.end
     ) == len(segments)
-
-
-# --- group_chunks -------------------------------------------------------------------------
-
-
-def _seg(text: str, start: int = 0, paragraph_end: bool = False) -> Segment:
-    return Segment(text, start, start + len(text), paragraph_end)
-
-
-def test_group_chunks_greedy() -> None:
-    segments = [_seg("a" * 10, 0), _seg("b" * 10, 11), _seg("c" * 10, 22), _seg("d" * 5, 33)]
-    chunks = group_chunks(segments, 21)
-    assert [c.text for c in chunks] == ["a" * 10 + " " + "b" * 10, "c" * 10 + " " + "d" * 5]
-    assert [(c.start, c.end) for c in chunks] == [(0, 21), (22, 38)]
-
-
-def test_group_chunks_joins_cjk_without_space() -> None:
-    chunks = group_chunks([_seg("你好。"), _seg("世界。"), _seg("Hi."), _seg("好")], 100)
-    assert [c.text for c in chunks] == ["你好。世界。 Hi. 好"]
-    # The joining space counts toward the limit only where one is inserted.
-    assert len(group_chunks([_seg("中" * 10), _seg("文" * 10)], 20)) == 1
-    assert len(group_chunks([_seg("a" * 10), _seg("b" * 10)], 20)) == 2
-
-
-def test_group_chunks_long_segment_alone() -> None:
-    segments = [_seg("short"), _seg("x" * 50), _seg("tail")]
-    chunks = group_chunks(segments, 20)
-    assert [c.segments for c in chunks] == [(segments[0],), (segments[1],), (segments[2],)]
-
-
-def test_group_chunks_breaks_at_paragraph_end_only_when_half_full() -> None:
-    first = _seg("a" * 12, paragraph_end=True)
-    chunks = group_chunks([first, _seg("b" * 5)], 24)
-    assert [c.text for c in chunks] == ["a" * 12, "b" * 5]  # 12 >= 24 / 2: break
-    small = _seg("a" * 11, paragraph_end=True)
-    chunks = group_chunks([small, _seg("b" * 5)], 24)
-    assert [c.text for c in chunks] == ["a" * 11 + " " + "b" * 5]  # under half: keep going
-
-
-def test_group_chunks_empty_and_chunk_needs_segments() -> None:
-    assert group_chunks([], 100) == []
-    with pytest.raises(ValueError):
-        Chunk(())
-
-
-@PROPERTY_SETTINGS
-@given(text=MIXED, split_max=st.integers(20, 60), chunk_max=st.integers(20, 200))
-def test_property_group_chunks(text: str, split_max: int, chunk_max: int) -> None:
-    segments = split_sentences(text, split_max)
-    chunks = group_chunks(segments, chunk_max)
-    flat = [s for c in chunks for s in c.segments]
-    assert flat == segments  # order kept, nothing lost or duplicated
-    for i, chunk in enumerate(chunks):
-        assert chunk.segments
-        assert len(chunk.text) <= chunk_max or len(chunk.segments) == 1
-        assert chunk.start == chunk.segments[0].start
-        assert chunk.end == chunk.segments[-1].end
-        if i + 1 < len(chunks):
-            # greedy: the next segment did not fit, or a paragraph ended a half-full chunk
-            nxt = Chunk((*chunk.segments, chunks[i + 1].segments[0]))
-            half_full_paragraph = chunk.segments[-1].paragraph_end and 2 * len(chunk.text) >= (
-                chunk_max
-            )
-            assert len(nxt.text) > chunk_max or half_full_paragraph
 
 
 # --- size ---------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from core.errors import (
     ShuttingDownError,
     UnknownVoiceError,
 )
+from core.settings import BatcherSettings
 from tests.support.engines import FakeClock, RecordingEngine, audio_for, oom_above
-from workers.batcher import Batcher, BatcherConfig, Priority
+from workers.batcher import Batcher, Priority
 from workers.engines.base import Utterance
 
 T = 5.0  # seconds any wait may take before the test fails
@@ -56,7 +57,7 @@ def make(
         "max_wait_batch_s": 0.030,
     }
     defaults.update(config)
-    batcher = Batcher(engine, BatcherConfig(**defaults), clock=clock)  # type: ignore[arg-type]
+    batcher = Batcher(engine, BatcherSettings(**defaults), clock=clock)
     batcher.start(timeout_s=T)
     yield batcher
     engine.release()
@@ -419,7 +420,7 @@ def test_utilization_reflects_busy_time(engine: RecordingEngine) -> None:
 def test_close_without_drain_fails_queued_work_and_refuses_new(
     engine: RecordingEngine, clock: FakeClock
 ) -> None:
-    batcher = Batcher(engine, BatcherConfig(max_batch=4), clock=clock).start(timeout_s=T)
+    batcher = Batcher(engine, BatcherSettings(max_batch=4), clock=clock).start(timeout_s=T)
     pending = batcher.submit(u("never"))
     batcher.close(drain=False, timeout_s=T)
     with pytest.raises(ShuttingDownError):
@@ -430,7 +431,7 @@ def test_close_without_drain_fails_queued_work_and_refuses_new(
 
 
 def test_close_with_drain_runs_queued_work(engine: RecordingEngine, clock: FakeClock) -> None:
-    batcher = Batcher(engine, BatcherConfig(max_batch=4), clock=clock).start(timeout_s=T)
+    batcher = Batcher(engine, BatcherSettings(max_batch=4), clock=clock).start(timeout_s=T)
     pending = batcher.submit(u("finish me"))
     batcher.close(drain=True, timeout_s=T)
     np.testing.assert_array_equal(pending.result(T), audio_for(u("finish me")))

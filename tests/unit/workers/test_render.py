@@ -123,7 +123,7 @@ def test_in_flight_segments_are_bounded_by_the_window(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"voice": "nobody"}, InvalidInputError, "unknown voice"),
+        ({"voice": "nobody"}, InvalidInputError, "is unknown to the espeak engine"),
         ({"sample_rate_hz": 44100}, UnsupportedFormatError, "44100"),
     ],
 )

@@ -35,8 +35,9 @@ from core.errors import (  # noqa: E402
     exit_status,
     is_permanent,
 )
+from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import MANIFEST_NAME, Checkpoint  # noqa: E402
-from workers.batcher import AudioStream, Batcher, BatcherConfig, Priority  # noqa: E402
+from workers.batcher import AudioStream, Batcher, Priority  # noqa: E402
 from workers.engines import PcmF32, Utterance, chattts_loop, create_engine  # noqa: E402
 from workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from workers.engines.chattts_config import ChatTTSSettings, Sampling, UtteranceParser  # noqa: E402
@@ -107,7 +108,7 @@ def test_three_texts_in_one_batch_come_back_with_their_own_lengths(
 ) -> None:
     engine = ChatTTSEngine(settings_for(chattts_checkpoint))
     # Batch-class items start only when 3 are queued; a real-time item starts at once.
-    config = BatcherConfig(max_batch=3, max_wait_batch_s=TIMEOUT_S, max_wait_realtime_s=0.0)
+    config = BatcherSettings(max_batch=3, max_wait_batch_s=TIMEOUT_S, max_wait_realtime_s=0.0)
     utterances = [Utterance(t, VOICE, seed=11, params=exact(budget(t))) for t in TEXTS]
     with Batcher(engine, config) as batcher:
         futures = [batcher.submit(utterance) for utterance in utterances]
@@ -151,7 +152,7 @@ def test_batch_keys_separate_voices_seeds_speeds_and_sampling(engine: ChatTTSEng
 
 def test_different_voices_never_share_a_batch(chattts_checkpoint: Checkpoint) -> None:
     engine = ChatTTSEngine(settings_for(chattts_checkpoint))
-    config = BatcherConfig(max_batch=4, max_wait_batch_s=0.0)
+    config = BatcherSettings(max_batch=4, max_wait_batch_s=0.0)
     with Batcher(engine, config) as batcher:
         futures = [
             batcher.submit(Utterance("Same text.", voice, seed=2, params=exact(12)))
@@ -476,7 +477,7 @@ def test_out_of_memory_becomes_engine_oom_and_the_batcher_splits(
     chattts_checkpoint: Checkpoint, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     engine = ChatTTSEngine(settings_for(chattts_checkpoint))
-    config = BatcherConfig(max_batch=4, max_wait_batch_s=TIMEOUT_S)
+    config = BatcherSettings(max_batch=4, max_wait_batch_s=TIMEOUT_S)
     with Batcher(engine, config) as batcher:
         gpt = engine.model.gpt
         original = gpt.forward

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from core.errors import InvalidInputError, UnknownVoiceError
+from core.rules import DEFAULT_VOICE as AUTO_VOICE
 from workers.batcher import Batcher, Priority
 from workers.engines import Utterance, create_engine
-from workers.engines.espeak import AUTO_VOICE, EspeakEngine
+from workers.engines.espeak import EspeakEngine
 
 
 @pytest.fixture(scope="module")

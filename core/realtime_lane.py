@@ -1,16 +1,22 @@
 """The real-time lane over Redis Streams: the contract between the fronts and the workers.
 
-Keys (prefix ``vl:rt:``):
+Keys (prefix ``vl:rt:``) — this module is the only code that builds them:
 
 * ``requests`` — stream of stream requests; consumer group ``workers`` (GPU workers);
 * ``in:{id}`` — the request's text, in pieces: ``text`` deltas, ``flush``, ``end``;
-* ``out:{id}`` — what goes back: ``audio`` (20 ms Opus packets with ``seq`` and ``pts_ms``),
-  ``caption`` (a sentence's text span and its ``pts_ms``), ``end``, ``error``; capped with
-  MAXLEN and expiring ``output_ttl_s`` after the last write;
+* ``out:{id}`` — what goes back: ``audio`` (20 ms Opus packets with ``seq`` and ``pts_ms``,
+  or pieces of a byte stream for the other encodings), ``caption`` (a sentence's text span
+  and its ``pts_ms``), ``end``, ``error``; capped with MAXLEN and expiring ``output_ttl_s``
+  after the last write;
 * ``cancel:{id}`` — the cancel mark, set by a front when its client leaves;
 * ``hb:{id}`` — the session heartbeat: the worker serving the request refreshes it; a front
   that sees it lapse (and nobody take over) ends the stream with UNAVAILABLE;
-* ``workers`` — hash: worker → ``{"free": slots, "ts": unix seconds}``, for admission control.
+* ``owner:{id}`` — the worker serving the request (only it may append output);
+* ``tenant:{id}`` — the tenant a stream id belongs to: reserved at submission, checked on
+  resume;
+* ``workers`` — hash: worker → ``{"free": slots, "ts": unix seconds}``, for admission control;
+* ``vl:engine:{engine}`` — the engine's capabilities (voices, speed range) as its workers
+  publish them, for the fronts' request rules (:mod:`core.rules`).
 
 Delivery: a worker reads new requests with XREADGROUP, keeps their entries pending while it
 serves them, and refreshes their idle time (XCLAIM JUSTID) as a heartbeat. Another worker
@@ -19,7 +25,9 @@ continues after the last sentence that was completely sent: the client may see a
 a duplicate or reordered ``seq``. The request stream is trimmed by MINID below the oldest
 pending entry, never by MAXLEN, so trimming cannot drop work in progress.
 
-The fronts use :class:`LaneClient` (asyncio); the workers use :class:`LaneWorker` (threads).
+The fronts use :class:`RealtimeClient` (asyncio); the workers use
+:class:`RealtimeWorkerClient` (threads). Timings come from
+:class:`~core.settings.RealtimeSettings`, the one source of them.
 """
 
 from __future__ import annotations
@@ -36,12 +44,16 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aredis
 
+from core.audio.stream import StreamEncoding
+from core.rules import EngineCapabilities
+from core.settings import RealtimeSettings
+
 PREFIX = "vl:rt:"
 REQUESTS = f"{PREFIX}requests"
 GROUP = "workers"
 WORKERS = f"{PREFIX}workers"
-VOICES_KEY = "vl:voices:{engine}"
-"""Where GPU workers register their engine's voice ids (JSON list) for the fronts to check."""
+CAPABILITIES_KEY = "vl:engine:{engine}"
+"""Where workers publish their engine's capabilities (JSON) for the fronts' request rules."""
 
 OUTPUT_MAXLEN = 100_000
 """Output entries kept per request (an entry holds up to a few hundred ms of audio)."""
@@ -65,6 +77,10 @@ def heartbeat_key(request_id: str) -> str:
 
 def owner_key(request_id: str) -> str:
     return f"{PREFIX}owner:{request_id}"
+
+
+def tenant_key(request_id: str) -> str:
+    return f"{PREFIX}tenant:{request_id}"
 
 
 # Append to a request's output only while this worker owns the request: a worker that was
@@ -124,6 +140,8 @@ class StreamRequest:
     mode: Mode = Mode.SYNTHESIZE
     speed: float = 1.0
     client_ts_ms: int = 0
+    encoding: StreamEncoding = StreamEncoding.OPUS
+    """What the front needs: Opus packets, or the bytes of a file / raw PCM."""
     submitted_ms: int = field(default_factory=now_ms)
 
     def to_fields(self) -> dict[str, str]:
@@ -136,6 +154,7 @@ class StreamRequest:
             "mode": self.mode.value,
             "speed": repr(self.speed),
             "client_ts_ms": str(self.client_ts_ms),
+            "encoding": self.encoding.value,
             "submitted_ms": str(self.submitted_ms),
         }
 
@@ -151,6 +170,7 @@ class StreamRequest:
             mode=Mode(f.get("mode", Mode.SYNTHESIZE.value)),
             speed=float(f.get("speed", "1.0")),
             client_ts_ms=int(f.get("client_ts_ms", "0")),
+            encoding=StreamEncoding(f.get("encoding", StreamEncoding.OPUS.value)),
             submitted_ms=int(f.get("submitted_ms", "0")),
         )
 
@@ -172,7 +192,8 @@ class OutputEvent:
     kind: EventKind
     seq: int = 0
     """Audio: contiguous from 0 per request. Other kinds: the seq of the next audio entry."""
-    packets: tuple[bytes, ...] = ()
+    data: tuple[bytes, ...] = ()
+    """Audio: 20 ms Opus packets, or (byte-stream encodings) consecutive pieces of the file."""
     pts_ms: int = 0
     sample_rate_hz: int = 0
     server_ts_ms: int = 0
@@ -191,7 +212,7 @@ class OutputEvent:
         fields: dict[str, bytes | str] = {"kind": self.kind.value, "seq": str(self.seq)}
         if self.kind is EventKind.AUDIO:
             fields.update(
-                packets=pack_packets(self.packets),
+                data=pack_packets(self.data),
                 pts_ms=str(self.pts_ms),
                 sample_rate_hz=str(self.sample_rate_hz),
                 server_ts_ms=str(self.server_ts_ms),
@@ -223,11 +244,11 @@ class OutputEvent:
             return value.decode() if value is not None else ""
 
         kind = EventKind(text("kind"))
-        packets = raw.get(b"packets")
+        data = raw.get(b"data")
         return cls(
             kind=kind,
             seq=num("seq"),
-            packets=unpack_packets(packets) if packets else (),
+            data=unpack_packets(data) if data else (),
             pts_ms=num("pts_ms"),
             sample_rate_hz=num("sample_rate_hz"),
             server_ts_ms=num("server_ts_ms"),
@@ -241,32 +262,19 @@ class OutputEvent:
 
 
 def pack_packets(packets: Sequence[bytes]) -> bytes:
-    """Opus packets, each behind a 2-byte big-endian length (packets are < 1,500 bytes)."""
-    return b"".join(struct.pack(">H", len(p)) + p for p in packets)
+    """Pieces of audio, each behind a 4-byte big-endian length."""
+    return b"".join(struct.pack(">I", len(p)) + p for p in packets)
 
 
 def unpack_packets(data: bytes) -> tuple[bytes, ...]:
     packets: list[bytes] = []
     offset = 0
     while offset < len(data):
-        (length,) = struct.unpack_from(">H", data, offset)
-        offset += 2
+        (length,) = struct.unpack_from(">I", data, offset)
+        offset += 4
         packets.append(data[offset : offset + length])
         offset += length
     return tuple(packets)
-
-
-@dataclass(frozen=True, slots=True)
-class LaneTimings:
-    heartbeat_ttl_s: float = 3.0
-    """A session heartbeat lapses this long after its worker stopped refreshing it."""
-    reclaim_idle_s: float = 3.0
-    """Requests pending this long without a heartbeat are taken over by another worker."""
-    worker_ttl_s: float = 3.0
-    """A worker's capacity report is trusted for this long."""
-    output_ttl_s: float = 120.0
-    """Output streams expire this long after their last write (resume window)."""
-    cancel_ttl_s: float = 300.0
 
 
 def _piece(fields: Mapping[bytes, bytes]) -> InputPiece:
@@ -284,19 +292,44 @@ def _parse_stream_reply(reply: Any) -> list[tuple[str, dict[bytes, bytes]]]:
 # ------------------------------------------------------------------------ fronts (asyncio)
 
 
-class LaneClient:
+class RealtimeClient:
     """What a front does with the lane: submit, feed text, read output, cancel, admit."""
 
-    def __init__(self, client: aredis.Redis, timings: LaneTimings | None = None) -> None:
+    def __init__(self, client: aredis.Redis, settings: RealtimeSettings | None = None) -> None:
         self.redis = client
-        self.timings = timings or LaneTimings()
+        self.settings = settings or RealtimeSettings()
 
     @classmethod
-    def from_url(cls, url: str, timings: LaneTimings | None = None) -> LaneClient:
-        return cls(aredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), timings)
+    def from_url(cls, url: str, settings: RealtimeSettings | None = None) -> RealtimeClient:
+        client = aredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        return cls(client, settings)
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    async def reserve(self, request_id: str, tenant: str, ttl_s: int) -> bool:
+        """Reserve ``request_id`` for ``tenant`` (False: the id is taken)."""
+        return bool(await self.redis.set(tenant_key(request_id), tenant, nx=True, ex=ttl_s))
+
+    async def exists(self, request_id: str) -> bool:
+        """Whether any trace of the stream is left (reserved, served, output or input)."""
+        keys = (
+            tenant_key(request_id),
+            owner_key(request_id),
+            output_key(request_id),
+            input_key(request_id),
+        )
+        return bool(await self.redis.exists(*keys))
+
+    async def resumable(self, request_id: str, tenant: str) -> tuple[bool, bool]:
+        """For a resume: (the stream is ``tenant``'s and still there, a worker wrote output)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(tenant_key(request_id))
+        pipe.exists(output_key(request_id))
+        pipe.exists(input_key(request_id))
+        owner, has_output, queued = await pipe.execute()
+        mine = owner is not None and owner.decode() == tenant
+        return mine and bool(has_output or queued), bool(has_output)
 
     async def submit(self, request: StreamRequest, text: str | None = None) -> None:
         """Queue the request; with ``text`` (Synthesize) its whole input goes in at once."""
@@ -305,7 +338,7 @@ class LaneClient:
         if text is not None:
             pipe.xadd(key, {"kind": InputKind.TEXT.value, "text": text})
             pipe.xadd(key, {"kind": InputKind.END.value})
-        pipe.expire(key, int(self.timings.output_ttl_s) + 60)
+        pipe.expire(key, int(self.settings.output_ttl_s) + 60)
         pipe.xadd(REQUESTS, cast(Any, request.to_fields()))
         await pipe.execute()
 
@@ -322,7 +355,7 @@ class LaneClient:
         return [(i, OutputEvent.from_fields(f)) for i, f in _parse_stream_reply(reply)]
 
     async def cancel(self, request_id: str) -> None:
-        await self.redis.set(cancel_key(request_id), "1", ex=int(self.timings.cancel_ttl_s))
+        await self.redis.set(cancel_key(request_id), "1", ex=int(self.settings.cancel_ttl_s))
 
     async def heartbeat_alive(self, request_id: str) -> bool:
         return bool(await self.redis.exists(heartbeat_key(request_id)))
@@ -330,13 +363,22 @@ class LaneClient:
     async def capacity(self) -> int:
         """Free real-time slots of live workers minus requests not yet picked up."""
         raw = cast(dict[bytes, bytes], await self.redis.hgetall(WORKERS))
-        fresh_after = time.time() - self.timings.worker_ttl_s
+        fresh_after = time.time() - self.settings.worker_ttl_s
         free = 0
         for value in raw.values():
             report = json.loads(value)
             if report["ts"] >= fresh_after:
                 free += int(report["free"])
         return free - await self._backlog()
+
+    async def capabilities(self, engine: str) -> EngineCapabilities | None:
+        """What the workers of ``engine`` published; None if none did yet. Raises ValueError
+        if what is stored is unreadable."""
+        raw = cast(bytes | None, await self.redis.get(CAPABILITIES_KEY.format(engine=engine)))
+        return None if raw is None else EngineCapabilities.from_json(raw)
+
+    async def ping(self) -> None:
+        await self.redis.ping()
 
     async def _backlog(self) -> int:
         try:
@@ -361,23 +403,25 @@ class LaneClient:
 # ------------------------------------------------------------------------ workers (threads)
 
 
-class LaneWorker:
+class RealtimeWorkerClient:
     """What a GPU worker does with the lane: claim, heartbeat, read input, write output."""
 
     def __init__(
-        self, client: redis.Redis, consumer: str, timings: LaneTimings | None = None
+        self, client: redis.Redis, consumer: str, settings: RealtimeSettings | None = None
     ) -> None:
         self.redis = client
         self.consumer = consumer
-        self.timings = timings or LaneTimings()
+        self.settings = settings or RealtimeSettings()
         self._append = client.register_script(_APPEND_IF_OWNER)
 
     @classmethod
-    def from_url(cls, url: str, consumer: str, timings: LaneTimings | None = None) -> LaneWorker:
+    def from_url(
+        cls, url: str, consumer: str, settings: RealtimeSettings | None = None
+    ) -> RealtimeWorkerClient:
         return cls(
             redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5),
             consumer,
-            timings,
+            settings,
         )
 
     def ensure_group(self) -> None:
@@ -395,7 +439,7 @@ class LaneWorker:
 
     def claim_abandoned(self, count: int) -> list[tuple[str, StreamRequest]]:
         """Requests whose worker stopped refreshing them (died): take them over."""
-        min_idle_ms = int(self.timings.reclaim_idle_s * 1000)
+        min_idle_ms = int(self.settings.reclaim_idle_s * 1000)
         reply = self.redis.xautoclaim(
             REQUESTS, GROUP, self.consumer, min_idle_ms, start_id="0-0", count=count
         )
@@ -414,14 +458,14 @@ class LaneWorker:
             self.redis.xclaim(REQUESTS, GROUP, self.consumer, 0, list(entry_ids), justid=True)
 
     def session_heartbeat(self, request_id: str) -> None:
-        ttl_ms = int(self.timings.heartbeat_ttl_s * 1000)
+        ttl_ms = int(self.settings.heartbeat_ttl_s * 1000)
         self.redis.set(heartbeat_key(request_id), self.consumer, px=ttl_ms)
 
     def heartbeat(self, sessions: Sequence[tuple[str, str]], free_slots: int) -> None:
         """One round trip for everything alive: reset the idle time of the requests this
         worker serves (``(entry id, request id)`` pairs), refresh their session heartbeats
         and report the free real-time slots."""
-        ttl_ms = int(self.timings.heartbeat_ttl_s * 1000)
+        ttl_ms = int(self.settings.heartbeat_ttl_s * 1000)
         pipe = self.redis.pipeline(transaction=False)
         if sessions:
             entry_ids: list[Any] = [entry_id for entry_id, _ in sessions]
@@ -440,9 +484,9 @@ class LaneWorker:
     def begin_session(self, request_id: str) -> list[tuple[str, InputPiece]]:
         """Take ownership, beat once and read the input so far: one round trip."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(owner_key(request_id), self.consumer, ex=int(self.timings.output_ttl_s))
+        pipe.set(owner_key(request_id), self.consumer, ex=int(self.settings.output_ttl_s))
         pipe.set(
-            heartbeat_key(request_id), self.consumer, px=int(self.timings.heartbeat_ttl_s * 1000)
+            heartbeat_key(request_id), self.consumer, px=int(self.settings.heartbeat_ttl_s * 1000)
         )
         pipe.xrange(input_key(request_id))
         _, _, entries = pipe.execute()
@@ -450,7 +494,7 @@ class LaneWorker:
 
     def take_ownership(self, request_id: str) -> None:
         """From now on only this worker may write the request's output."""
-        self.redis.set(owner_key(request_id), self.consumer, ex=int(self.timings.output_ttl_s))
+        self.redis.set(owner_key(request_id), self.consumer, ex=int(self.settings.output_ttl_s))
 
     def append_output(self, request_id: str, *events: OutputEvent) -> bool:
         """Append events (one round trip); False if another worker owns the request now."""
@@ -463,13 +507,9 @@ class LaneWorker:
         return bool(
             self._append(
                 keys=[owner_key(request_id), output_key(request_id)],
-                args=[self.consumer, OUTPUT_MAXLEN, int(self.timings.output_ttl_s), *flat],
+                args=[self.consumer, OUTPUT_MAXLEN, int(self.settings.output_ttl_s), *flat],
             )
         )
-
-    def last_output(self, request_id: str) -> OutputEvent | None:
-        entries = cast(list[Any], self.redis.xrevrange(output_key(request_id), count=1))
-        return OutputEvent.from_fields(entries[0][1]) if entries else None
 
     def output_events(self, request_id: str) -> list[OutputEvent]:
         entries = cast(list[Any], self.redis.xrange(output_key(request_id)))
@@ -514,6 +554,11 @@ class LaneWorker:
 
     def withdraw(self) -> None:
         self.redis.hdel(WORKERS, self.consumer)
+
+    def publish_capabilities(self, capabilities: EngineCapabilities) -> None:
+        """What this worker's engine accepts, for the fronts' request rules."""
+        key = CAPABILITIES_KEY.format(engine=capabilities.engine)
+        self.redis.set(key, capabilities.to_json())
 
 
 def _next_id(entry_id: str) -> str:

@@ -1,6 +1,6 @@
 """Real processes of the batch lane for integration tests and benchmarks.
 
-:class:`Lane` starts ``voicelane worker`` (GPU side and CPU side), ``voicelane api`` and
+:class:`Stack` starts ``voicelane worker`` (GPU side and CPU side), ``voicelane api`` and
 ``voicelane flower`` as child processes against a given Redis and storage, waits until they
 answer, and stops (or SIGKILLs) them on request. Logs go to files in the lane's directory and
 are printed when a test fails, so a failure says what the processes did.
@@ -74,7 +74,7 @@ class Proc:
 
 
 @dataclass
-class Lane:
+class Stack:
     directory: Path
     redis_url: str
     env_overrides: dict[str, str] = field(default_factory=dict)
@@ -175,7 +175,7 @@ class Lane:
         """Until ``count`` workers report real-time capacity (their consumers run)."""
         import redis
 
-        from core.lane import WORKERS
+        from core.realtime_lane import WORKERS
 
         client = redis.Redis.from_url(self.redis_url)
         try:

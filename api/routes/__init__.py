@@ -1,0 +1,1 @@
+"""The REST app's routes, one router per concern (jobs, speech, operations)."""

@@ -1,0 +1,221 @@
+"""Batch jobs over REST: submit, look up, list, download, cancel; and the engine's voices.
+
+A job is checked by the request rules (:mod:`core.rules`, against the workers' engine)
+before anything is written: a job accepted with 202 never fails for a reason knowable at
+submission, and a rejected one leaves the ledger and the queues exactly as they were.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api.deps import ApiState, State, Tenant
+from core.audio import AudioFormat, format_from_name
+from core.audio.files import allowed_sample_rates
+from core.errors import (
+    InvalidInputError,
+    JobStateError,
+    MalformedRequestError,
+    TextTooLargeError,
+    UnsupportedFormatError,
+    UnsupportedMediaTypeError,
+)
+from core.ledger import Job, JobOptions, JobState
+from core.ledger import job_summary as ledger_job_summary
+from core.rules import check_speech_options, check_speech_text
+from core.settings import ApiSettings
+from core.text_input import decode_text
+
+router = APIRouter(tags=["jobs"])
+
+
+class JobRequest(BaseModel):
+    """``POST /v1/jobs`` as JSON (or the form fields beside an uploaded text file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="The text to speak (UTF-8), at most the configured limit.")
+    voice: str | None = Field(None, description="A voice id from GET /v1/voices; auto if unset.")
+    format: str = Field("ogg", description="ogg, mp3, wav or flac.")
+    sample_rate_hz: int | None = Field(None, description="Output sample rate; 24000 if unset.")
+    speed: float | None = Field(
+        None, description="Speaking-rate multiplier, within the engine's range; 1.0 if unset."
+    )
+    callback_url: str | None = Field(
+        None, description="POSTed the finished or failed job (retried).", max_length=2048
+    )
+
+
+def validation_message(errors: list[Any]) -> str:
+    parts = []
+    for error in errors[:3]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        parts.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+@router.post("/v1/jobs", status_code=202, summary="Submit a text to render")
+async def submit_job(request: Request, state: State, tenant: Tenant) -> JSONResponse:
+    body, text_field = await _read_job_request(request, state.settings)
+    options, text = await _check_job(state, body, text_field)
+    job = state.jobs.submit(tenant, options, text)
+    return JSONResponse(
+        _job_view(state, job), status_code=202, headers={"Location": f"/v1/jobs/{job.id}"}
+    )
+
+
+@router.get("/v1/jobs/{job_id}", summary="A job's state, progress, ETA and download link")
+async def get_job(job_id: str, state: State, tenant: Tenant) -> JSONResponse:
+    return JSONResponse(_job_view(state, state.ledger.get_for_tenant(tenant, job_id)))
+
+
+@router.get("/v1/jobs", summary="The caller's jobs, newest first")
+async def list_jobs(
+    state: State,
+    tenant: Tenant,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[float | None, Query()] = None,
+) -> JSONResponse:
+    jobs, next_cursor = state.ledger.list_for_tenant(
+        tenant, limit=min(limit, state.settings.page_size_max), before=cursor
+    )
+    return JSONResponse(
+        {"jobs": [_job_view(state, j, with_link=False) for j in jobs], "next_cursor": next_cursor}
+    )
+
+
+@router.get("/v1/jobs/{job_id}/audio", summary="Redirect to a fresh download link")
+async def job_audio(job_id: str, state: State, tenant: Tenant) -> Response:
+    job = state.ledger.get_for_tenant(tenant, job_id)
+    if job.state is not JobState.DONE or not job.output_key:
+        raise JobStateError(f"job {job_id} is {job.state.value}, not done")
+    return RedirectResponse(_link(state, job), status_code=302)
+
+
+@router.delete("/v1/jobs/{job_id}", summary="Cancel a job")
+async def cancel_job(job_id: str, state: State, tenant: Tenant) -> JSONResponse:
+    return JSONResponse(_job_view(state, state.jobs.cancel(tenant, job_id)))
+
+
+@router.get("/v1/voices", summary="The voices of the workers' engine")
+async def voices(state: State, tenant: Tenant) -> JSONResponse:
+    capabilities = await state.engines.capabilities()
+    return JSONResponse(
+        {
+            "engine": capabilities.engine,
+            "voices": sorted(capabilities.voice_ids),
+            "speed": {"min": capabilities.min_speed, "max": capabilities.max_speed},
+            "seed_voices": capabilities.seed_voices,
+        }
+    )
+
+
+# ---- checks --------------------------------------------------------------------------------
+
+
+async def _read_job_request(request: Request, settings: ApiSettings) -> tuple[JobRequest, str]:
+    """The request body, and the name of the field its text came in."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json":
+        raw = await request.body()
+        if len(raw) > settings.max_upload_bytes + 4096:
+            raise TextTooLargeError(f"request body is over {settings.max_upload_bytes} bytes")
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise MalformedRequestError(f"malformed JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise MalformedRequestError("the JSON body must be an object")
+        return _model(data), "text"
+    if content_type == "multipart/form-data":
+        form = await request.form(max_files=1, max_fields=10)
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise InvalidInputError(
+                "multipart upload needs a 'file' part holding the text", field="file"
+            )
+        data_bytes = await upload.read(settings.max_upload_bytes + 1)
+        if len(data_bytes) > settings.max_upload_bytes:
+            raise TextTooLargeError(
+                f"the uploaded file is over {settings.max_upload_bytes} bytes", field="file"
+            )
+        text = decode_text(
+            data_bytes,
+            max_chars=settings.max_text_chars,
+            source=upload.filename or "file",
+            field="file",
+        )
+        fields: dict[str, Any] = {k: v for k, v in form.items() if k != "file"}
+        return _model({**fields, "text": text}), "file"
+    raise UnsupportedMediaTypeError(
+        f"content type {content_type or 'none'!r} is not supported; "
+        "send application/json or multipart/form-data"
+    )
+
+
+def _model(data: dict[str, Any]) -> JobRequest:
+    try:
+        return JobRequest.model_validate(data)
+    except ValidationError as error:
+        errors = list(error.errors())
+        field = str(errors[0].get("loc", ("body",))[0]) if errors else None
+        raise InvalidInputError(validation_message(errors), field=field) from None
+
+
+async def _check_job(state: ApiState, body: JobRequest, text_field: str) -> tuple[JobOptions, str]:
+    """The request rules for a job; raises a 4xx naming the field at fault."""
+    settings = state.settings
+    text = check_speech_text(body.text, max_chars=settings.max_text_chars, field=text_field)
+    fmt = _format(body.format)
+    options = check_speech_options(
+        await state.engines.capabilities(),
+        voice=body.voice,
+        speed=body.speed,
+        sample_rate_hz=body.sample_rate_hz,
+        allowed_rates=allowed_sample_rates(fmt),
+        encoding=fmt.value,
+    )
+    callback = body.callback_url
+    if callback is not None and not callback.startswith(("http://", "https://")):
+        raise InvalidInputError(
+            "callback_url must be an http:// or https:// URL", field="callback_url"
+        )
+    job_options = JobOptions(
+        voice=options.voice,
+        format=fmt.value,
+        sample_rate_hz=options.sample_rate_hz,
+        speed=options.speed,
+        callback_url=callback,
+    )
+    return job_options, text
+
+
+def _format(name: str) -> AudioFormat:
+    try:
+        return format_from_name(name)
+    except UnsupportedFormatError as error:
+        raise UnsupportedFormatError(f"format: {error.message}", field="format") from None
+
+
+# ---- views ---------------------------------------------------------------------------------
+
+
+def _link(state: ApiState, job: Job) -> str:
+    assert job.output_key is not None
+    filename = f"{job.id}.{job.output_key.rsplit('.', 1)[-1]}"
+    expiry_s = state.settings.storage.link_expiry_s
+    return state.storage.link(job.output_key, expires_s=expiry_s, filename=filename)
+
+
+def _job_view(state: ApiState, job: Job, *, with_link: bool = True) -> dict[str, Any]:
+    view = ledger_job_summary(job)
+    view["links"] = {"self": f"/v1/jobs/{job.id}", "audio": f"/v1/jobs/{job.id}/audio"}
+    if with_link and job.state is JobState.DONE and job.output_key:
+        view["download_url"] = _link(state, job)
+        view["download_expires_in_s"] = state.settings.storage.link_expiry_s
+    return view

@@ -1,0 +1,229 @@
+"""The real-time lane on the REST app: a WebSocket stream and OpenAI's speech API.
+
+Both are thin adapters over the stream gateway (:mod:`api.streams`), like the gRPC front:
+the same request rules, admission, relay with its liveness rules, and a cancel mark when
+the client leaves early.
+
+``GET /v1/stream`` (WebSocket)
+    Authenticate with ``Authorization: Bearer KEY`` on the upgrade request (or, for browsers,
+    ``"api_key"`` in the first message). Send one JSON text message ``{"text", "voice"?,
+    "sample_rate_hz"?, "speed"?, "client_ts_ms"?}``. The server answers
+    ``{"type": "start", "request_id"}``; then per chunk a JSON ``{"type": "audio", "seq",
+    "pts_ms", "packets": N, "server_ts_ms", "client_ts_ms", "captions": [...]}`` followed by
+    N binary messages, one 20 ms Opus packet each; then ``{"type": "end", "seq", "pts_ms"}``
+    and a normal close. Errors: ``{"type": "error", "code", "message", "field"?}`` (gRPC
+    status names) and a close (1008 for bad input or auth, 1013 when over capacity, 1011
+    otherwise). Closing the socket early cancels the stream.
+
+``POST /v1/audio/speech`` (OpenAI-compatible)
+    JSON ``{"input", "voice", "response_format"?: opus|mp3|wav|flac|pcm, "speed"?,
+    "model"?}``, plus voicelane's ``sample_rate_hz`` (default 24000, OpenAI's rate); the
+    audio streams back as it is produced (chunked). ``opus`` is Ogg Opus; ``pcm`` is raw
+    16-bit little-endian mono, as OpenAI's. The worker encodes the asked format itself: this
+    route only relays bytes. OpenAI's voice names (``alloy``, ``echo``...) map to ``auto``;
+    voicelane voice ids work as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api.deps import State, Tenant
+from api.streams import Stream, StreamAsk, StreamChunk
+from core.audio.stream import StreamEncoding
+from core.errors import (
+    InvalidInputError,
+    MalformedRequestError,
+    TextTooLargeError,
+    VoicelaneError,
+    grpc_status_name,
+)
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["speech"])
+
+OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova",
+                           "sage", "shimmer", "verse"})  # fmt: skip
+"""OpenAI's voice names; each speaks as voicelane's ``auto`` voice."""
+OPENAI_FORMATS = {
+    "opus": StreamEncoding.OGG,
+    "mp3": StreamEncoding.MP3,
+    "wav": StreamEncoding.WAV,
+    "flac": StreamEncoding.FLAC,
+    "pcm": StreamEncoding.PCM,
+}
+MAX_SPEECH_BODY_BYTES = 1024 * 1024
+"""OpenAI caps ``input`` at 4,096 characters; a body over 1 MiB is never a speech request."""
+_WS_CLOSE = {"INVALID_ARGUMENT": 1008, "UNAUTHENTICATED": 1008, "RESOURCE_EXHAUSTED": 1013}
+
+
+def first_error(error: ValidationError) -> tuple[str, str | None]:
+    """One line about the first validation error, and the field it is about."""
+    first = error.errors()[0]
+    location = [str(p) for p in first.get("loc", ())]
+    where = ".".join(location)
+    return f"{where}: {first.get('msg', 'invalid')}", (location[0] if location else None)
+
+
+# ---- WebSocket -----------------------------------------------------------------------------
+
+
+class WebSocketRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    voice: str | None = None
+    sample_rate_hz: int | None = None
+    speed: float | None = None
+    client_ts_ms: int = 0
+    api_key: str | None = None
+
+
+@router.websocket("/v1/stream")
+async def websocket_stream(socket: WebSocket, state: State) -> None:
+    await socket.accept()
+    stream: Stream | None = None
+    try:
+        body = WebSocketRequest.model_validate_json(await socket.receive_text())
+        header = socket.headers.get("authorization")
+        tenant = (
+            state.keys.tenant_for_header(header)
+            if header or not body.api_key
+            else state.keys.tenant_for(body.api_key)
+        )
+        ask = StreamAsk(
+            voice=body.voice,
+            speed=body.speed,
+            sample_rate_hz=body.sample_rate_hz,
+            client_ts_ms=body.client_ts_ms,
+        )
+        stream = await state.streams.synthesize(tenant, body.text, ask)
+        await socket.send_json({"type": "start", "request_id": stream.request_id})
+        async with contextlib.aclosing(stream.chunks()) as chunks:
+            async for chunk in chunks:
+                if chunk.data or not chunk.final:
+                    await _send_chunk(socket, chunk)
+                if chunk.final:
+                    await socket.send_json(
+                        {"type": "end", "seq": chunk.seq, "pts_ms": chunk.pts_ms}
+                    )
+        await socket.close(1000)
+    except WebSocketDisconnect:
+        log.info("websocket client left stream %s", stream.request_id if stream else "-")
+    except ValidationError as error:
+        message, field = first_error(error)
+        await _ws_fail(socket, InvalidInputError(f"bad stream request: {message}", field=field))
+    except VoicelaneError as error:
+        await _ws_fail(socket, error)
+    except Exception:
+        log.exception("websocket stream failed")
+        await _ws_fail(socket, VoicelaneError("internal error"))
+    finally:
+        if stream is not None:
+            await stream.close()
+
+
+def _chunk_header(chunk: StreamChunk) -> dict[str, Any]:
+    return {
+        "type": "audio",
+        "seq": chunk.seq,
+        "pts_ms": chunk.pts_ms,
+        "packets": len(chunk.data),
+        "sample_rate_hz": chunk.sample_rate_hz,
+        "server_ts_ms": chunk.server_ts_ms,
+        "client_ts_ms": chunk.client_ts_ms,
+        "captions": [
+            {"text": c.text, "start": c.start, "end": c.end, "pts_ms": c.pts_ms,
+             "sentence": c.sentence}
+            for c in chunk.captions
+        ],
+    }  # fmt: skip
+
+
+async def _send_chunk(socket: WebSocket, chunk: StreamChunk) -> None:
+    await socket.send_json(_chunk_header(chunk))
+    for packet in chunk.data:
+        await socket.send_bytes(packet)
+
+
+async def _ws_fail(socket: WebSocket, error: VoicelaneError) -> None:
+    code = grpc_status_name(error)
+    body: dict[str, Any] = {"type": "error", "code": code, "message": error.message or code}
+    if error.field:
+        body["field"] = error.field
+    with contextlib.suppress(Exception):
+        await socket.send_json(body)
+        await socket.close(_WS_CLOSE.get(code, 1011))
+
+
+# ---- OpenAI --------------------------------------------------------------------------------
+
+
+class SpeechRequest(BaseModel):
+    """OpenAI's ``POST /v1/audio/speech`` body (and voicelane's ``sample_rate_hz``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input: str = Field(description="The text to speak.")
+    voice: str = Field("auto", description="A voicelane voice id; OpenAI's names map to auto.")
+    response_format: str = Field("mp3", description="opus, mp3, wav, flac or pcm.")
+    speed: float | None = Field(None, description="Within the engine's range; 1.0 if unset.")
+    model: str | None = Field(None, description="Ignored: the workers' engine speaks.")
+    sample_rate_hz: int | None = Field(
+        None, description="voicelane extension: output rate (24000, OpenAI's, if unset)."
+    )
+
+
+@router.post(
+    "/v1/audio/speech",
+    summary="OpenAI-compatible speech: audio streams back as it is produced",
+    response_class=StreamingResponse,
+)
+async def openai_speech(request: Request, state: State, tenant: Tenant) -> StreamingResponse:
+    raw = await request.body()
+    if len(raw) > MAX_SPEECH_BODY_BYTES:
+        raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
+    try:
+        body = SpeechRequest.model_validate_json(raw)
+    except ValidationError as error:
+        if any(e.get("type") == "json_invalid" for e in error.errors()):
+            raise MalformedRequestError("malformed JSON") from None
+        message, field = first_error(error)
+        raise InvalidInputError(f"bad speech request: {message}", field=field) from None
+    encoding = OPENAI_FORMATS.get(body.response_format.lower())
+    if encoding is None:
+        raise InvalidInputError(
+            f"response_format {body.response_format!r} is not supported; use "
+            + ", ".join(sorted(OPENAI_FORMATS)),
+            field="response_format",
+        )
+    ask = StreamAsk(
+        voice="auto" if body.voice in OPENAI_VOICES else body.voice,
+        speed=body.speed,
+        sample_rate_hz=body.sample_rate_hz,
+        encoding=encoding,
+    )
+    stream = await state.streams.synthesize(tenant, body.input, ask, text_field="input")
+    return StreamingResponse(
+        _relay_bytes(stream),
+        media_type=encoding.media_type,
+        headers={"X-Request-Id": stream.request_id},
+    )
+
+
+async def _relay_bytes(stream: Stream) -> AsyncIterator[bytes]:
+    try:
+        async with contextlib.aclosing(stream.chunks()) as chunks:
+            async for chunk in chunks:
+                if chunk.data:
+                    yield b"".join(chunk.data)
+    finally:
+        await stream.close()

@@ -1,0 +1,535 @@
+"""The stream gateway: the one path from every front into the real-time lane.
+
+A stream goes **validate → admit → submit → relay → close**, the same way whichever front
+it came through:
+
+1. *validate* — the request rules of :mod:`core.rules` against the capabilities the workers'
+   engine published (:class:`~api.engines.EngineRegistry`): text, voice, speed, sample rate
+   for the encoding asked, request id, deadline; nothing reaches Redis before this passes;
+2. *admit* — :class:`Admission`: free real-time slots of live workers minus the queue;
+   past capacity the stream is refused at once (``RESOURCE_EXHAUSTED``);
+3. *submit* — the stream id is reserved for its tenant (checked again on resume), and the
+   request queued on the lane (:class:`core.realtime_lane.RealtimeClient`) with an absolute
+   deadline and the encoding the front needs (Opus packets, a file, raw PCM);
+4. *relay* — the request's output stream becomes :class:`StreamChunk` values as it grows,
+   with the lane's liveness rules: ``UNAVAILABLE`` when no worker picks the request up in
+   time, or when its worker's heartbeat lapsed and nobody took over;
+5. *close* — a stream that did not reach its end (client gone, error) gets its request
+   cancelled: the worker drops it before its next batch. While the server drains for a
+   shutdown, streams are left running instead, to be resumed.
+
+gRPC (:mod:`api.grpc_service`), the WebSocket stream and OpenAI's speech route
+(:mod:`api.routes.speech`) are thin adapters: each turns its wire format into a
+:class:`StreamAsk` and each :class:`StreamChunk` into its wire format. Logs carry request ids
+and sizes, never the text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+
+from api.engines import EngineRegistry
+from core.audio.stream import StreamEncoding, stream_sample_rates
+from core.errors import (
+    DeadlineExceededError,
+    NoCapacityError,
+    StreamExistsError,
+    StreamNotFoundError,
+    UnavailableError,
+    error_for_status,
+)
+from core.realtime_lane import (
+    EventKind,
+    InputKind,
+    InputPiece,
+    Mode,
+    OutputEvent,
+    RealtimeClient,
+    StreamRequest,
+    new_request_id,
+    now_ms,
+)
+from core.rules import (
+    DEFAULT_SAMPLE_RATE_HZ,
+    MIN_USEFUL_DEADLINE_S,
+    ConversationText,
+    EngineCapabilities,
+    SpeechOptions,
+    check_request_id,
+    check_speech_options,
+    check_speech_text,
+)
+from core.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CAPACITY_TTL_S = 0.075
+DEFAULT_BLOCK_MS = 150
+TENANT_TTL_MARGIN_S = 60
+
+ClientGone = Callable[[], bool]
+
+
+# ---- what goes in and what comes out -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAsk:
+    """What a front asks for, as its client said it; ``None`` means the default."""
+
+    voice: str | None = None
+    speed: float | None = None
+    sample_rate_hz: int | None = None
+    encoding: StreamEncoding = StreamEncoding.OPUS
+    client_ts_ms: int = 0
+    request_id: str | None = None
+    """An id the client chose (it can resume with it); None: the gateway makes one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caption:
+    """A sentence as spoken, its span in the request's text and when its audio starts."""
+
+    text: str
+    start: int
+    end: int
+    pts_ms: int
+    sentence: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """A piece of a stream's output, whatever the front."""
+
+    request_id: str
+    seq: int
+    data: tuple[bytes, ...]
+    """20 ms Opus packets, or consecutive pieces of a byte stream (file, raw PCM)."""
+    pts_ms: int
+    sample_rate_hz: int
+    server_ts_ms: int
+    client_ts_ms: int
+    final: bool
+    captions: tuple[Caption, ...]
+
+
+# ---- admission -----------------------------------------------------------------------------
+
+
+class Admission:
+    """May one more stream start? Free real-time slots of live workers minus the queue,
+    cached for a few tens of ms, minus the streams this process admitted since: a burst
+    cannot overshoot, and a refusal (``RESOURCE_EXHAUSTED``) is immediate."""
+
+    def __init__(self, lane: RealtimeClient, *, ttl_s: float = DEFAULT_CAPACITY_TTL_S) -> None:
+        self._lane = lane
+        self._ttl_s = ttl_s
+        self._capacity = 0
+        self._fetched_at = -float("inf")
+        self._in_flight = 0
+        """Admitted, not yet in Redis."""
+        self._submitted = 0
+        """In Redis since the cached capacity was read (maybe counted twice: conservative)."""
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Reserve a slot for one submission (the body submits); NoCapacityError if none."""
+        await self._reserve()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+        self._submitted += 1
+
+    async def _reserve(self) -> None:
+        async with self._lock:
+            if time.monotonic() - self._fetched_at >= self._ttl_s:
+                self._submitted = 0
+                self._capacity = await self._lane.capacity()
+                self._fetched_at = time.monotonic()
+            if self._capacity - self._in_flight - self._submitted <= 0:
+                raise NoCapacityError("no real-time capacity; retry shortly")
+            self._in_flight += 1
+
+
+# ---- relay ---------------------------------------------------------------------------------
+
+
+class Liveness:
+    """Is anyone working on the request? Raises UnavailableError when not."""
+
+    def __init__(
+        self,
+        lane: RealtimeClient,
+        request_id: str,
+        *,
+        claim_timeout_s: float,
+        unavailable_after_s: float,
+        picked_up: bool,
+    ) -> None:
+        self._lane = lane
+        self._request_id = request_id
+        self._claim_timeout_s = claim_timeout_s
+        self._unavailable_after_s = unavailable_after_s
+        self._picked_up = picked_up
+        self._started = time.monotonic()
+        self._last_alive = self._started
+
+    def output_seen(self) -> None:
+        self._picked_up = True
+        self._last_alive = time.monotonic()
+
+    async def check_idle(self) -> None:
+        """Called when no output came: look at the heartbeat and the clocks."""
+        if await self._lane.heartbeat_alive(self._request_id):
+            self.output_seen()
+            return
+        now = time.monotonic()
+        if self._picked_up and now - self._last_alive >= self._unavailable_after_s:
+            raise UnavailableError(
+                f"the worker serving the stream stopped (no heartbeat for "
+                f"{self._unavailable_after_s:g} s) and no other worker took over"
+            )
+        if not self._picked_up and now - self._started >= self._claim_timeout_s:
+            raise UnavailableError(
+                f"no worker picked up the request within {self._claim_timeout_s:g} s"
+            )
+
+
+class Stream:
+    """One admitted stream: its chunks as they are produced, then its end.
+
+    ``after_seq`` drops audio with ``seq <= after_seq`` and the captions attached to it
+    (resume). Audio never goes out twice or backwards, even if a worker that took over
+    repeats a seq. Captions ride on the next chunk; a caption just before ``end`` rides on
+    the final chunk. Use as ``async with``: leaving early cancels the request.
+    """
+
+    def __init__(
+        self,
+        gateway: StreamGateway,
+        request_id: str,
+        *,
+        deadline_ms: int,
+        sample_rate_hz: int,
+        client_ts_ms: int,
+        picked_up: bool,
+        after_seq: int = -1,
+        client_gone: ClientGone = lambda: False,
+    ) -> None:
+        rt = gateway.settings.realtime
+        self._gateway = gateway
+        self._lane = gateway.lane
+        self.request_id = request_id
+        self._deadline_ms = deadline_ms
+        self._sample_rate_hz = sample_rate_hz
+        self._client_ts_ms = client_ts_ms
+        self._liveness = Liveness(
+            gateway.lane,
+            request_id,
+            claim_timeout_s=rt.claim_timeout_s,
+            unavailable_after_s=rt.unavailable_after_s,
+            picked_up=picked_up,
+        )
+        self._block_ms = gateway.block_ms
+        self._client_gone = client_gone
+        self._last_seq = after_seq
+        self._captions: list[OutputEvent] = []
+        self.finished = False
+        self.abandoned = False
+        """The client left (the chunks stop; closing cancels the request)."""
+        self.closed = False
+        self.chunks_sent = 0
+
+    async def __aenter__(self) -> Stream:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def chunks(self) -> AsyncGenerator[StreamChunk, None]:
+        after_id = "0-0"
+        while True:
+            if self._client_gone():
+                # grpc.aio cancels a handler whose client left, but can lose that
+                # cancellation (see api.grpc_service.client_gone): never outlive the client.
+                self.abandoned = True
+                return
+            if now_ms() >= self._deadline_ms:
+                raise DeadlineExceededError("the stream's deadline passed")
+            block_ms = max(1, min(self._block_ms, self._deadline_ms - now_ms()))
+            entries = await self._lane.read_output(self.request_id, after_id, block_ms)
+            if not entries:
+                await self._liveness.check_idle()
+                continue
+            self._liveness.output_seen()
+            for entry_id, event in entries:
+                after_id = entry_id
+                chunk = self._accept(event)
+                if chunk is not None:
+                    self.chunks_sent += 1
+                    yield chunk
+                if self.finished:
+                    return
+
+    async def close(self) -> None:
+        """Cancel the request unless it reached its end (or the server is draining)."""
+        if self.finished or self.closed or self._gateway.draining:
+            return
+        self.closed = True
+        await self._gateway.cancel(self.request_id)
+
+    def _accept(self, event: OutputEvent) -> StreamChunk | None:
+        if event.kind is EventKind.AUDIO:
+            if event.seq <= self._last_seq:  # resumed past it, or repeated after a takeover
+                self._captions = [c for c in self._captions if c.seq > event.seq]
+                return None
+            self._last_seq = event.seq
+            return self._chunk(event, event.seq, final=False)
+        if event.kind is EventKind.CAPTION:
+            if event.seq > self._last_seq:
+                self._captions.append(event)
+            return None
+        if event.kind is EventKind.END:
+            self.finished = True
+            return self._chunk(event, max(event.seq, self._last_seq + 1), final=True)
+        raise error_for_status(event.code or "INTERNAL", event.text)
+
+    def _chunk(self, event: OutputEvent, seq: int, *, final: bool) -> StreamChunk:
+        captions = tuple(
+            Caption(c.text, max(0, c.start), max(0, c.end), max(0, c.pts_ms), max(0, c.sentence))
+            for c in self._captions
+        )
+        self._captions = []
+        return StreamChunk(
+            request_id=self.request_id,
+            seq=seq,
+            data=event.data,
+            pts_ms=max(0, event.pts_ms),
+            sample_rate_hz=event.sample_rate_hz or self._sample_rate_hz,
+            server_ts_ms=event.server_ts_ms or now_ms(),
+            client_ts_ms=event.client_ts_ms or self._client_ts_ms,
+            final=final,
+            captions=captions,
+        )
+
+
+class Conversation(Stream):
+    """A stream whose text arrives in pieces: :meth:`send` deltas, :meth:`flush`, :meth:`end`
+    (the request rules apply to everything received so far)."""
+
+    ended = False
+    _text: ConversationText | None = None
+
+    async def send(self, delta: str) -> None:
+        if self._text is None:
+            self._text = ConversationText(self._gateway.settings.max_stream_text_chars)
+        text = self._text.accept(delta)
+        if text:
+            await self._lane.send_input(self.request_id, InputPiece(InputKind.TEXT, text))
+
+    async def flush(self) -> None:
+        await self._lane.send_input(self.request_id, InputPiece(InputKind.FLUSH))
+
+    async def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            await self._lane.send_input(self.request_id, InputPiece(InputKind.END))
+
+
+# ---- the gateway ---------------------------------------------------------------------------
+
+
+class StreamGateway:
+    """Opens, resumes and closes streams for every front; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        lane: RealtimeClient,
+        engines: EngineRegistry,
+        *,
+        admission: Admission | None = None,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        min_deadline_s: float = MIN_USEFUL_DEADLINE_S,
+    ) -> None:
+        self.settings = settings
+        self.lane = lane
+        self.engines = engines
+        self.admission = admission or Admission(lane)
+        self.block_ms = block_ms
+        self.min_deadline_s = min_deadline_s
+        self.draining = False
+        """Shutting down: streams cut by the shutdown are left running, to be resumed."""
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def capabilities(self) -> EngineCapabilities:
+        return await self.engines.capabilities()
+
+    def deadline_ms(self, time_remaining_s: float | None) -> int:
+        """The stream's absolute deadline (unix ms): the client's, else the default."""
+        if time_remaining_s is None:
+            return now_ms() + round(self.settings.realtime.default_deadline_s * 1000)
+        if time_remaining_s < self.min_deadline_s:
+            raise DeadlineExceededError("the call's deadline has passed before it could start")
+        return now_ms() + round(time_remaining_s * 1000)
+
+    async def synthesize(
+        self,
+        tenant: str,
+        text: str,
+        ask: StreamAsk,
+        *,
+        text_field: str = "text",
+        time_remaining_s: float | None = None,
+        client_gone: ClientGone = lambda: False,
+    ) -> Stream:
+        """A stream speaking ``text`` (checked, admitted, queued)."""
+        text = check_speech_text(
+            text, max_chars=self.settings.max_stream_text_chars, field=text_field
+        )
+        request = await self._request(tenant, ask, Mode.SYNTHESIZE, time_remaining_s)
+        await self._submit(request, text, chosen_id=ask.request_id is not None)
+        log.info(
+            "stream %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g encoding=%s chars=%d",
+            request.request_id, tenant, request.voice, request.sample_rate_hz, request.speed,
+            request.encoding.value, len(text),
+        )  # fmt: skip
+        return self._stream(Stream, request, client_gone)
+
+    async def converse(
+        self,
+        tenant: str,
+        ask: StreamAsk,
+        *,
+        time_remaining_s: float | None = None,
+        client_gone: ClientGone = lambda: False,
+    ) -> Conversation:
+        """A stream whose text the caller sends as it arrives."""
+        request = await self._request(tenant, ask, Mode.CONVERSE, time_remaining_s)
+        await self._submit(request, None, chosen_id=ask.request_id is not None)
+        log.info(
+            "conversation %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g",
+            request.request_id, tenant, request.voice, request.sample_rate_hz, request.speed,
+        )  # fmt: skip
+        conversation = self._stream(Conversation, request, client_gone)
+        assert isinstance(conversation, Conversation)
+        return conversation
+
+    async def resume(
+        self,
+        tenant: str,
+        request_id: str,
+        after_seq: int,
+        *,
+        sample_rate_hz: int | None = None,
+        client_ts_ms: int = 0,
+        time_remaining_s: float | None = None,
+        client_gone: ClientGone = lambda: False,
+    ) -> Stream:
+        """The rest of the tenant's stream after ``after_seq``."""
+        request_id = check_request_id(request_id)
+        deadline_ms = self.deadline_ms(time_remaining_s)
+        resumable, has_output = await self.lane.resumable(request_id, tenant)
+        if not resumable:
+            raise StreamNotFoundError(
+                f"no stream {request_id} to resume (unknown, expired or another tenant's)"
+            )
+        log.info("stream %s resumed after seq %d: tenant=%s", request_id, after_seq, tenant)
+        return Stream(
+            self,
+            request_id,
+            deadline_ms=deadline_ms,
+            sample_rate_hz=sample_rate_hz or DEFAULT_SAMPLE_RATE_HZ,
+            client_ts_ms=client_ts_ms,
+            picked_up=has_output,
+            after_seq=after_seq,
+            client_gone=client_gone,
+        )
+
+    async def cancel(self, request_id: str) -> None:
+        """Set the request's cancel mark; survives the caller's own cancellation."""
+        task = asyncio.create_task(self.lane.cancel(request_id))
+        self._background.add(task)
+        task.add_done_callback(self._cancel_done(request_id))
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(task)
+
+    async def wait_background(self) -> None:
+        """Let the cancel marks of the last streams reach Redis."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    async def _request(
+        self, tenant: str, ask: StreamAsk, mode: Mode, time_remaining_s: float | None
+    ) -> StreamRequest:
+        options = await self._options(ask)
+        request_id = (
+            check_request_id(ask.request_id) if ask.request_id is not None else new_request_id()
+        )
+        return StreamRequest(
+            request_id=request_id,
+            tenant=tenant,
+            voice=options.voice,
+            sample_rate_hz=options.sample_rate_hz,
+            deadline_ms=self.deadline_ms(time_remaining_s),
+            mode=mode,
+            speed=options.speed,
+            client_ts_ms=ask.client_ts_ms,
+            encoding=ask.encoding,
+        )
+
+    async def _options(self, ask: StreamAsk) -> SpeechOptions:
+        return check_speech_options(
+            await self.engines.capabilities(),
+            voice=ask.voice,
+            speed=ask.speed,
+            sample_rate_hz=ask.sample_rate_hz,
+            allowed_rates=stream_sample_rates(ask.encoding),
+            encoding=ask.encoding.value,
+        )
+
+    async def _submit(self, request: StreamRequest, text: str | None, *, chosen_id: bool) -> None:
+        """Admit, reserve the id for the tenant, queue. Nothing is written unless admitted."""
+        exists = StreamExistsError(f"a stream with request_id {request.request_id} already exists")
+        if chosen_id and await self.lane.exists(request.request_id):
+            raise exists
+        remaining_s = max(0.0, (request.deadline_ms - now_ms()) / 1000)
+        ttl_s = math.ceil(remaining_s + self.settings.realtime.output_ttl_s) + TENANT_TTL_MARGIN_S
+        async with self.admission.slot():
+            if not await self.lane.reserve(request.request_id, request.tenant, ttl_s):
+                raise exists
+            await self.lane.submit(request, text)
+
+    def _stream(
+        self, kind: type[Stream], request: StreamRequest, client_gone: ClientGone
+    ) -> Stream:
+        return kind(
+            self,
+            request.request_id,
+            deadline_ms=request.deadline_ms,
+            sample_rate_hz=request.sample_rate_hz,
+            client_ts_ms=request.client_ts_ms,
+            picked_up=False,
+            client_gone=client_gone,
+        )
+
+    def _cancel_done(self, request_id: str) -> Callable[[asyncio.Task[None]], None]:
+        def done(task: asyncio.Task[None]) -> None:
+            self._background.discard(task)
+            error = None if task.cancelled() else task.exception()
+            if task.cancelled() or error is not None:
+                log.warning("could not cancel stream %s: %s", request_id, error or "cancelled")
+            else:
+                log.info("stream %s cancelled", request_id)
+
+        return done

@@ -1,0 +1,171 @@
+"""The batch lane's contract between the fronts and the workers: queues, tasks, enqueueing.
+
+Like :mod:`core.realtime_lane` for live streams, this module is what both sides agree on:
+
+* the Celery queues (``control``: planning, callbacks, cleanup; ``render``: GPU workers;
+  ``assemble``: CPU workers) and the task names, routed one queue per task;
+* :func:`configure_celery`, the one Celery configuration (reliability settings explained
+  in ``docs/batch-lane.md`` and the team's notes), used by the workers' app and by the
+  fronts' producer alike;
+* :class:`Enqueue` (send a task by name, ids only) and :class:`CeleryEnqueue`, its Celery
+  implementation, which builds its producer app on first use — importing a front never
+  builds a Celery app;
+* :class:`BatchClient`, what a front does with the lane: submit a job (ledger + ``plan``),
+  cancel one (ledger + ``cleanup``).
+
+Task arguments are job ids and chunk numbers only: Flower, events and logs show arguments,
+and must never show a user's text.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
+
+from core.errors import JobStateError, UnavailableError
+from core.ledger import Job, JobOptions, JobState, Ledger
+from core.settings import ServiceSettings
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+log = logging.getLogger(__name__)
+
+CONTROL_QUEUE = "control"
+RENDER_QUEUE = "render"
+ASSEMBLE_QUEUE = "assemble"
+QUEUES = (CONTROL_QUEUE, RENDER_QUEUE, ASSEMBLE_QUEUE)
+
+PLAN_TASK = "voicelane.plan"
+RENDER_CHUNK_TASK = "voicelane.render_chunk"
+ASSEMBLE_TASK = "voicelane.assemble"
+NOTIFY_TASK = "voicelane.notify"
+CLEANUP_TASK = "voicelane.cleanup"
+
+TASK_QUEUES = {
+    PLAN_TASK: CONTROL_QUEUE,
+    NOTIFY_TASK: CONTROL_QUEUE,
+    CLEANUP_TASK: CONTROL_QUEUE,
+    RENDER_CHUNK_TASK: RENDER_QUEUE,
+    ASSEMBLE_TASK: ASSEMBLE_QUEUE,
+}
+
+
+class Enqueue(Protocol):
+    """Send ``task`` with ``args`` (ids only) to its queue."""
+
+    def __call__(self, task: str, *args: str | int, countdown_s: float | None = None) -> None: ...
+
+
+def configure_celery(app: Celery, settings: ServiceSettings) -> None:
+    """Point ``app`` at the settings' Redis with the lane's reliability settings.
+
+    ``task_acks_late`` + ``task_reject_on_worker_lost``: a task whose worker dies is
+    delivered again; ``worker_prefetch_multiplier=1``: a worker holds no more messages than it
+    runs; ``visibility_timeout`` = 2 x the longest task's time limit, so a healthy long task is
+    never handed out twice at once; ``unacked_restore_interval=5`` with
+    ``unacked_restore_throttle=1``: a dead worker's messages come back within seconds after
+    that (leases and the reconciler recover chunks faster; this is the backstop); each queue
+    its own direct exchange; task events on, for Flower.
+    """
+    from kombu import Exchange, Queue
+
+    app.conf.update(
+        broker_url=settings.redis_url,
+        result_backend=None,
+        task_ignore_result=True,
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={
+            "visibility_timeout": int(2 * settings.render_time_limit_s),
+            "unacked_restore_interval": 5,
+            "unacked_restore_throttle": 1,
+        },
+        task_queues=[
+            Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES
+        ],
+        task_default_queue=CONTROL_QUEUE,
+        task_default_exchange=CONTROL_QUEUE,
+        task_default_routing_key=CONTROL_QUEUE,
+        task_routes={
+            name: {"queue": queue, "exchange": queue, "routing_key": queue}
+            for name, queue in TASK_QUEUES.items()
+        },
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        task_soft_time_limit=None,
+        task_time_limit=None,
+    )
+
+
+def send_task(app: Celery, task: str, *args: str | int, countdown_s: float | None = None) -> None:
+    """Send a task by name to its queue: ids only, never text."""
+    app.send_task(task, args=list(args), queue=TASK_QUEUES[task], countdown=countdown_s)
+
+
+class CeleryEnqueue:
+    """:class:`Enqueue` through a producer-only Celery app, built on the first call."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self._settings = settings
+        self._app: Any = None
+        self._lock = threading.Lock()
+
+    def _producer(self) -> Celery:
+        with self._lock:
+            if self._app is None:
+                from celery import Celery
+                from kombu import pools
+
+                # kombu declares a queue once per pooled connection and then trusts it: start
+                # from fresh pools, so a Redis that lost its keys since gets them declared.
+                pools.reset()
+                app = Celery("voicelane-producer")
+                configure_celery(app, self._settings)
+                self._app = app
+            return self._app
+
+    def __call__(self, task: str, *args: str | int, countdown_s: float | None = None) -> None:
+        send_task(self._producer(), task, *args, countdown_s=countdown_s)
+
+
+class BatchClient:
+    """What a front does with the batch lane: submit and cancel jobs."""
+
+    def __init__(self, ledger: Ledger, enqueue: Enqueue) -> None:
+        self.ledger = ledger
+        self.enqueue = enqueue
+
+    def submit(self, tenant: str, options: JobOptions, text: str) -> Job:
+        """Write the job to the ledger and queue its planning. If the queue cannot take it,
+        the job is failed at once (never left queued forever) and UnavailableError raised."""
+        job = self.ledger.create(tenant, options, text)
+        try:
+            self.enqueue(PLAN_TASK, job.id)
+        except Exception as error:
+            log.exception("could not enqueue job %s", job.id)
+            self.ledger.fail(job.id, "could not enqueue the job")
+            raise UnavailableError("the job queue is unavailable") from error
+        return job
+
+    def cancel(self, tenant: str, job_id: str) -> Job:
+        """Cancel the tenant's job (idempotent for a cancelled one); JobStateError once it
+        ended otherwise. Its parts are cleaned up by the ``cleanup`` task."""
+        job = self.ledger.get_for_tenant(tenant, job_id)
+        if job.state is JobState.CANCELLED:
+            return job
+        if not job.state.final and self.ledger.cancel(job_id):
+            self.enqueue(CLEANUP_TASK, job_id)
+        job = self.ledger.get_for_tenant(tenant, job_id)
+        if job.state is not JobState.CANCELLED:
+            raise JobStateError(f"job {job_id} is already {job.state.value}")
+        return job

@@ -1,0 +1,270 @@
+"""One set of request rules: every way in agrees on what it accepts.
+
+The same edge parameters go to REST jobs, gRPC ``Synthesize``, the WebSocket stream and
+OpenAI's speech route of one real stack (redis-server, ``voicelane api``, ``voicelane grpc``,
+a GPU and a CPU worker, espeak). For each case all four either accept it and produce audio
+(a job that finishes ``done``; a stream's first audio) or all refuse it with a 4xx /
+INVALID_ARGUMENT that names the field at fault. A job accepted with 202 must never fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+import websockets
+
+from core.redis_server import RedisServer
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
+from tests.support.stack import ACME_KEY, Stack, wait_for
+
+pytestmark = pytest.mark.integration
+
+LIMIT = 400
+"""The text limit of both lanes in this stack (jobs and streams alike)."""
+SENTENCE = "The river runs past the old mill, and the children wave at the boats. "
+AT_LIMIT = (SENTENCE * 10)[: LIMIT - 1] + "."
+AUTH = {"Authorization": f"Bearer {ACME_KEY}"}
+METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    text: str = "Hello there, this is a short test."
+    voice: str | None = None
+    speed: float | None = None
+    sample_rate_hz: int | None = None
+    refused_field: str | None = None
+    """None: every front accepts; else every front refuses, naming this field ("text" stands
+    for each front's own text field: ``input`` on OpenAI's route)."""
+
+
+CASES = [
+    Case("speed 0.25", speed=0.25, refused_field="speed"),
+    Case("speed 0.5", speed=0.5),
+    Case("speed 2.5", speed=2.5),
+    Case("speed 4.0", speed=4.0, refused_field="speed"),
+    *(
+        Case(f"{rate} Hz", sample_rate_hz=rate)
+        for rate in (8000, 12000, 16000, 24000, 48000)  # what Opus (and Ogg/Opus) carries
+    ),
+    *(
+        Case(f"{rate} Hz", sample_rate_hz=rate, refused_field="sample_rate_hz")
+        for rate in (11025, 22050, 44100, 96000)
+    ),
+    Case("unknown voice", voice="no-such-voice", refused_field="voice"),
+    Case("malformed seed voice", voice="seed:x", refused_field="voice"),
+    Case("punctuation only", text="... !!! ??? --- ***", refused_field="text"),
+    Case("text at the limit", text=AT_LIMIT),
+    Case("text over the limit", text=AT_LIMIT + "x", refused_field="text"),
+]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    accepted: bool
+    field: str | None = None
+    """For a refusal: the field the front named (None if it named none)."""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return "accepted" if self.accepted else f"refused ({self.field}): {self.detail}"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    directory = tmp_path_factory.mktemp("rules")
+    redis_server = RedisServer(directory / "redis").start()
+    stack = Stack(
+        directory / "stack",
+        redis_server.url,
+        env_overrides={
+            "VOICELANE_MAX_TEXT_CHARS": str(LIMIT),
+            "VOICELANE_MAX_STREAM_TEXT_CHARS": str(LIMIT),
+            "VOICELANE_REALTIME__LOOKAHEAD_S": "1000",
+            "VOICELANE_REALTIME__ENCODE_AHEAD_S": "1000",
+        },
+    )
+    try:
+        stack.gpu_worker()
+        stack.cpu_worker()
+        stack.grpc()
+        stack.api()
+        stack.wait_realtime_workers()
+        yield stack
+    except BaseException:
+        print(stack.logs())
+        raise
+    finally:
+        stack.stop()
+        redis_server.stop()
+
+
+def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _refusal(status: int, body: dict[str, Any]) -> Outcome:
+    assert 400 <= status < 500, (status, body)
+    error = body["error"]
+    return Outcome(False, error.get("field"), error["message"])
+
+
+# ---- the four fronts -----------------------------------------------------------------------
+
+
+def rest_job(stack: Stack, case: Case) -> tuple[Outcome, str | None]:
+    """The outcome of the submission, and the job id when it was accepted."""
+    body = _drop_none(
+        {
+            "text": case.text,
+            "voice": case.voice,
+            "speed": case.speed,
+            "sample_rate_hz": case.sample_rate_hz,
+            "format": "ogg",
+        }
+    )
+    response = httpx.post(f"{stack.api_url}/v1/jobs", json=body, headers=AUTH, timeout=30)
+    if response.status_code == 202:
+        return Outcome(True), str(response.json()["id"])
+    return _refusal(response.status_code, response.json()), None
+
+
+def openai_speech(stack: Stack, case: Case) -> Outcome:
+    body = _drop_none(
+        {
+            "model": "tts-1",
+            "input": case.text,
+            "voice": case.voice or "alloy",
+            "speed": case.speed,
+            "sample_rate_hz": case.sample_rate_hz,
+            "response_format": "opus",
+        }
+    )
+    with httpx.stream(
+        "POST", f"{stack.api_url}/v1/audio/speech", json=body, headers=AUTH, timeout=30
+    ) as response:
+        if response.status_code != 200:
+            return _refusal(response.status_code, json.loads(response.read()))
+        first = next(response.iter_bytes(), b"")
+        return Outcome(first.startswith(b"OggS"), detail=f"first bytes {first[:8]!r}")
+
+
+async def grpc_synthesize(stack: Stack, case: Case) -> Outcome:
+    request = pb.SynthesizeRequest(
+        text=case.text,
+        voice=case.voice or "",
+        speed=case.speed or 0.0,
+        sample_rate_hz=case.sample_rate_hz or 0,
+    )
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        call = pb_grpc.SpeechStub(channel).Synthesize(request, metadata=METADATA, timeout=30)
+        try:
+            async for chunk in call:
+                if chunk.opus_packets:
+                    call.cancel()
+                    return Outcome(True)
+        except grpc.aio.AioRpcError as error:
+            assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error
+            details = error.details() or ""
+            return Outcome(False, details.split(" ", 1)[0], details)
+    return Outcome(False, detail="the stream ended without audio")
+
+
+async def websocket_stream(stack: Stack, case: Case) -> Outcome:
+    body = _drop_none(
+        {
+            "text": case.text,
+            "voice": case.voice,
+            "speed": case.speed,
+            "sample_rate_hz": case.sample_rate_hz,
+        }
+    )
+    url = f"ws://127.0.0.1:{stack.api_port}/v1/stream"
+    async with websockets.connect(url, additional_headers=AUTH) as socket:
+        await socket.send(json.dumps(body))
+        async for message in socket:
+            if isinstance(message, bytes):
+                return Outcome(True)
+            event = json.loads(message)
+            if event["type"] == "error":
+                assert event["code"] == "INVALID_ARGUMENT", event
+                return Outcome(False, event.get("field"), event["message"])
+    return Outcome(False, detail="the socket closed without audio")
+
+
+# ---- the test ------------------------------------------------------------------------------
+
+
+def test_every_front_accepts_and_refuses_the_same_requests(stack: Stack) -> None:
+    jobs: dict[str, str] = {}
+    disagreements: list[str] = []
+    for case in CASES:
+        job, job_id = rest_job(stack, case)
+        if job_id is not None:
+            jobs[case.name] = job_id
+        outcomes = {
+            "REST job": job,
+            "gRPC": asyncio.run(grpc_synthesize(stack, case)),
+            "WebSocket": asyncio.run(websocket_stream(stack, case)),
+            "OpenAI speech": openai_speech(stack, case),
+        }
+        for front, outcome in outcomes.items():
+            expected_field = case.refused_field
+            if expected_field == "text" and front == "OpenAI speech":
+                expected_field = "input"
+            if expected_field is None:
+                ok = outcome.accepted
+            else:
+                ok = (
+                    not outcome.accepted
+                    and outcome.field == expected_field
+                    and expected_field in outcome.detail
+                )
+            if not ok:
+                want = "accepted" if expected_field is None else f"refused ({expected_field})"
+                disagreements.append(f"{case.name} / {front}: {outcome}; want {want}")
+    assert not disagreements, "\n".join(disagreements)
+
+    # Every job accepted with 202 renders: nothing knowable at submission fails later.
+    expected = {c.name for c in CASES if c.refused_field is None}
+    assert set(jobs) == expected
+    with httpx.Client(base_url=stack.api_url, headers=AUTH, timeout=30) as client:
+
+        def final_states() -> dict[str, str] | None:
+            states = {n: client.get(f"/v1/jobs/{i}").json()["state"] for n, i in jobs.items()}
+            final = all(s in ("done", "failed", "cancelled") for s in states.values())
+            return states if final else None
+
+        states = wait_for(final_states, 180, "every accepted job to finish")
+    assert states == dict.fromkeys(jobs, "done"), states
+
+
+def test_the_job_api_reports_the_field_of_a_bad_format(stack: Stack) -> None:
+    response = httpx.post(
+        f"{stack.api_url}/v1/jobs",
+        json={"text": "Hello.", "format": "aac"},
+        headers=AUTH,
+        timeout=30,
+    )
+    outcome = _refusal(response.status_code, response.json())
+    assert outcome.field == "format" and "aac" in outcome.detail
+
+
+def test_rules_are_checked_before_anything_is_written(stack: Stack, tmp_path: Path) -> None:
+    """A refused job leaves no trace: the caller's job list does not grow."""
+    with httpx.Client(base_url=stack.api_url, headers=AUTH, timeout=30) as client:
+        before = len(client.get("/v1/jobs", params={"limit": 100}).json()["jobs"])
+        response = client.post("/v1/jobs", json={"text": "Hi.", "speed": 9})
+        after = len(client.get("/v1/jobs", params={"limit": 100}).json()["jobs"])
+    assert response.status_code == 422 and response.json()["error"]["field"] == "speed"
+    assert after == before
