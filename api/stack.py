@@ -95,7 +95,7 @@ def _wait_realtime(
     """Until the gRPC front serves and a GPU worker reports real-time capacity."""
     import redis
 
-    from core.realtime_lane import WORKERS
+    from core.realtime_lane import reporting_workers
 
     client = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + timeout_s
@@ -104,7 +104,7 @@ def _wait_realtime(
             for child in children:
                 if child.process.poll() is not None:
                     raise RuntimeError(f"{child.name} exited with {child.process.returncode}")
-            if client.hlen(WORKERS) > 0 and grpc_serving(grpc_target):
+            if reporting_workers(client) > 0 and grpc_serving(grpc_target):
                 return
             time.sleep(0.2)
     finally:

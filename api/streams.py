@@ -243,8 +243,6 @@ class Stream:
         self._last_seq = after_seq
         self._captions: list[OutputEvent] = []
         self.finished = False
-        self.abandoned = False
-        """The client left (the chunks stop; closing cancels the request)."""
         self.closed = False
         self.chunks_sent = 0
 
@@ -259,8 +257,8 @@ class Stream:
         while True:
             if self._client_gone():
                 # grpc.aio cancels a handler whose client left, but can lose that
-                # cancellation (see api.grpc_service.client_gone): never outlive the client.
-                self.abandoned = True
+                # cancellation (see api.grpc_service.client_gone): never outlive the client;
+                # the adapter's close() then cancels the request.
                 return
             if now_ms() >= self._deadline_ms:
                 raise DeadlineExceededError("the stream's deadline passed")

@@ -54,9 +54,6 @@ class JobState(enum.StrEnum):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
-FINAL_STATES = tuple(s.value for s in JobState if s.final)
-
-
 @dataclass(frozen=True, slots=True)
 class ChunkPlan:
     """One chunk: consecutive segments, with what the renderer needs to reproduce pauses."""

@@ -561,6 +561,11 @@ class RealtimeWorkerClient:
         self.redis.set(key, capabilities.to_json())
 
 
+def reporting_workers(client: redis.Redis) -> int:
+    """How many workers report real-time capacity (fresh or not): for readiness waits."""
+    return int(client.hlen(WORKERS))
+
+
 def _next_id(entry_id: str) -> str:
     ms, _, seq = entry_id.partition("-")
     return f"{ms}-{int(seq or 0) + 1}"

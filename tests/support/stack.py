@@ -175,11 +175,11 @@ class Stack:
         """Until ``count`` workers report real-time capacity (their consumers run)."""
         import redis
 
-        from core.realtime_lane import WORKERS
+        from core.realtime_lane import reporting_workers
 
         client = redis.Redis.from_url(self.redis_url)
         try:
-            wait_for(lambda: client.hlen(WORKERS) >= count, timeout_s, "real-time workers")
+            wait_for(lambda: reporting_workers(client) >= count, timeout_s, "real-time workers")
         finally:
             client.close()
 

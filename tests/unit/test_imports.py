@@ -42,3 +42,28 @@ def test_the_check_itself_sees_torch_when_it_is_imported() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_fronts_build_no_celery_app_and_import_no_worker_code() -> None:
+    """Importing the REST app, the gRPC front and the stream gateway imports neither Celery
+    (the batch-lane contract in core enqueues through a producer built on first use) nor
+    the workers' modules."""
+    probe = (
+        "import sys\n"
+        "import api.rest, api.grpc_front, api.streams, core.batch_lane\n"
+        "loaded = sorted(n for n in sys.modules if n == 'celery' or n.startswith('workers'))\n"
+        "print(','.join(loaded) or 'none')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "none"
+
+
+def test_the_import_probe_sees_celery_once_a_worker_module_is_imported() -> None:
+    probe = "import sys, workers.celery_app\nassert 'celery' in sys.modules\n"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
