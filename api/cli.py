@@ -142,7 +142,7 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
 def _say_remote(args: argparse.Namespace, text: str) -> int:
     """Stream through the gRPC front: first audio while the rest is still being made."""
-    from api.client import say_to_file
+    from client import say_to_file
 
     api_key = args.key or os.environ.get("VOICELANE_API_KEY")
     if not api_key:
@@ -255,15 +255,13 @@ def _cmd_redis(args: argparse.Namespace) -> int:
 
 
 def _cmd_jobs_submit(args: argparse.Namespace) -> int:
-    from api.jobs_client import submit_and_fetch
-
     api_key = args.key or os.environ.get("VOICELANE_API_KEY")
     if not api_key:
         raise InvalidInputError("give --key or set VOICELANE_API_KEY")
     source = Path(args.input)
     if not source.is_file():
         raise InvalidInputError(f"{args.input}: no such file")
-    return submit_and_fetch(
+    return _submit_and_fetch(
         args.server,
         api_key,
         source,
@@ -272,6 +270,44 @@ def _cmd_jobs_submit(args: argparse.Namespace) -> int:
         fmt=args.format,
         timeout_s=args.timeout,
     )
+
+
+def _submit_and_fetch(
+    server: str,
+    api_key: str,
+    source: Path,
+    output: Path | None,
+    *,
+    voice: str | None,
+    fmt: str | None,
+    timeout_s: float,
+) -> int:
+    """Submit ``source`` as a job, show its progress, print its link, download it."""
+    from client import JobsClient
+    from core.errors import RemoteError
+    from core.text_input import decode_text
+
+    text = decode_text(source.read_bytes(), max_chars=10_000_000, source=str(source))
+    client = JobsClient(server, api_key)
+    try:
+        job = client.submit(text, voice=voice, format=fmt)
+        print(f"submitted job {job['id']} ({job['characters']} characters)")
+        job = client.wait(job["id"], timeout_s=timeout_s, out=sys.stderr)
+        if job["state"] != "done":
+            raise RemoteError(
+                "FAILED_PRECONDITION", f"job {job['id']} {job['state']}: {job.get('error')}"
+            )
+        url = job["download_url"]
+        print(f"download link (valid {job['download_expires_in_s']} s): {url}")
+        if output is not None:
+            size = client.download(url, output)
+            print(
+                f"{output}: {job['output']['duration_s']:.1f} s of audio, {size:,} bytes, "
+                f"sha256 {job['output']['sha256'][:16]}..."
+            )
+        return 0
+    finally:
+        client.close()
 
 
 def _add_output_options(parser: argparse.ArgumentParser) -> None:

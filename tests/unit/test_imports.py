@@ -12,7 +12,8 @@ import api, api.cli
 import workers, workers.batcher, workers.render
 import workers.engines, workers.engines.base, workers.engines.chattts_config
 from workers.engines import ENGINE_NAMES, create_engine
-from workers.engines.chattts_config import ChatTTSSettings, ModelLoadError
+from workers.engines.chattts_config import ChatTTSSettings
+from core.errors import ModelLoadError
 engine = create_engine("espeak")
 heavy = sorted(n for n in ("torch", "ChatTTS", "transformers", "numba") if n in sys.modules)
 print(",".join(heavy) or "none")

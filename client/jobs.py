@@ -1,8 +1,8 @@
-"""``voicelane jobs``: submit a text file to a running stack over REST and fetch the audio."""
+"""The REST jobs client (:class:`JobsClient`: submit, poll, download), and ``voicelane jobs``:
+submit a text file to a running stack and fetch the audio (:func:`submit_and_fetch`)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -83,38 +83,3 @@ class JobsClient:
                     handle.write(block)
                     size += len(block)
             return size
-
-
-def submit_and_fetch(
-    server: str,
-    api_key: str,
-    source: Path,
-    output: Path | None,
-    *,
-    voice: str | None,
-    fmt: str | None,
-    timeout_s: float,
-) -> int:
-    from core.text_input import decode_text
-
-    text = decode_text(source.read_bytes(), max_chars=10_000_000, source=str(source))
-    client = JobsClient(server, api_key)
-    try:
-        job = client.submit(text, voice=voice, format=fmt)
-        print(f"submitted job {job['id']} ({job['characters']} characters)")
-        job = client.wait(job["id"], timeout_s=timeout_s, out=sys.stderr)
-        if job["state"] != "done":
-            raise RemoteError(
-                "FAILED_PRECONDITION", f"job {job['id']} {job['state']}: {job.get('error')}"
-            )
-        url = job["download_url"]
-        print(f"download link (valid {job['download_expires_in_s']} s): {url}")
-        if output is not None:
-            size = client.download(url, output)
-            print(
-                f"{output}: {job['output']['duration_s']:.1f} s of audio, {size:,} bytes, "
-                f"sha256 {job['output']['sha256'][:16]}..."
-            )
-        return 0
-    finally:
-        client.close()

@@ -1,0 +1,64 @@
+"""voicelane's Python client SDK; the long form, with the reasons, is ``docs/client.md``.
+
+It needs none of the server's dependencies: only ``core`` (errors, audio, atomic writes, the
+generated wire code), grpc, numpy and httpx.
+
+The real-time lane (gRPC ``voicelane.v1.Speech``), asyncio only::
+
+    async with SpeechClient("localhost:50051", api_key) as client:
+        async for chunk in client.synthesize("Hello there."):
+            play(chunk.opus_packets)
+        result = await client.synthesize_to_file("Hello there.", "hello.wav")
+
+* **Channel pool** (``client.pool``) — ``channels`` gRPC channels, each its own HTTP/2
+  connection (``grpc.use_local_subchannel_pool``), at most ``streams_per_channel`` streams
+  each. A new stream takes the least-loaded channel; when all are full the caller waits for a
+  slot (flow control, never an error). Unary calls (``ListVoices``) take the least-loaded
+  channel without a slot.
+* **Retry** (``client.retry``) — ``UNAVAILABLE`` before the first chunk: the call is made
+  again (as a new request) with exponential backoff and jitter (:class:`RetryPolicy`).
+* **Resume** (``client.synthesis``) — ``UNAVAILABLE`` (a dropped connection surfaces as that
+  too) or a stream that ends without its final chunk, after the first chunk: ``Synthesize``
+  is called again with the stream's ``request_id`` and ``resume_after_seq`` = the last seq
+  received; chunks at or below it are dropped, so no seq is ever yielded twice. ``NOT_FOUND``
+  (output expired) ends it. The attempt budget counts attempts in a row that brought no new
+  chunk.
+* **Converse** (``client.converse``) is never resumed (the wire has no resume for it and its
+  input is not replayable); ``UNAVAILABLE`` before the first chunk is retried only while no
+  text was sent.
+* **Errors** — every gRPC failure that is not retried, or whose retries ran out, is a
+  :class:`RemoteError` with the status name in ``.status``.
+* **Figures** (``client.stats``) — :class:`StreamStats` on every stream.
+* **Decoding** (``client.audio``) — PCM with the codec delay trimmed and pts gaps concealed;
+  files written atomically. :func:`say_to_file` (``client.sync``) does it all from
+  blocking code.
+
+The batch lane (REST ``/v1/jobs``): :class:`JobsClient` (``client.jobs``), blocking, httpx.
+
+What this package exports is the public API; the modules behind it are its implementation.
+"""
+
+from client.audio import SynthesisResult
+from client.converse import ConverseSession
+from client.jobs import JobsClient
+from client.retry import RetryPolicy
+from client.speech import SpeechClient, VoiceInfo
+from client.stats import StreamStats
+from client.sync import say_to_file
+from client.synthesis import SynthesisStream
+from core.errors import RemoteError
+from core.rules import DEFAULT_SAMPLE_RATE_HZ
+
+__all__ = [
+    "DEFAULT_SAMPLE_RATE_HZ",
+    "ConverseSession",
+    "JobsClient",
+    "RemoteError",
+    "RetryPolicy",
+    "SpeechClient",
+    "StreamStats",
+    "SynthesisResult",
+    "SynthesisStream",
+    "VoiceInfo",
+    "say_to_file",
+]

@@ -1,0 +1,41 @@
+"""The SpeechClient's channel options, list_voices and its error type (client.speech), against
+the fake Speech server (see helpers.py for the rules every test here follows)."""
+
+from __future__ import annotations
+
+from client import SpeechClient
+from tests.support.fake_speech_server import FakeSpeechServer
+from tests.unit.client.helpers import async_test, new_client
+
+# ---- options ---------------------------------------------------------------------------------
+
+
+def test_channel_options_carry_keepalive_and_message_size() -> None:
+    client = SpeechClient(
+        "localhost:1", "k", keepalive_time_s=20, max_receive_message_bytes=1 << 20
+    )
+    options = dict(client.channel_options)
+    assert options["grpc.keepalive_time_ms"] == 20000
+    assert options["grpc.keepalive_timeout_ms"] == 10000
+    assert options["grpc.keepalive_permit_without_calls"] == 0
+    assert options["grpc.http2.max_pings_without_data"] == 0
+    assert options["grpc.max_receive_message_length"] == 1 << 20
+    assert options["grpc.use_local_subchannel_pool"] == 1
+
+
+# ---- list_voices -----------------------------------------------------------------------------
+
+
+@async_test
+async def test_list_voices_is_retried_and_typed() -> None:
+    async with FakeSpeechServer() as server, new_client(server.target) as client:
+        server.fail_first_calls = 1
+        voices = await client.list_voices()
+    assert [(v.id, v.languages, v.engine) for v in voices] == [
+        ("auto", ("en", "zh"), "fake"),
+        ("en-1", ("en",), "fake"),
+    ]
+    assert server.calls["ListVoices"] == 2
+
+
+# ---- error type ------------------------------------------------------------------------------
