@@ -19,7 +19,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.errors import (
     InvalidInputError,
@@ -75,10 +75,11 @@ class EngineCapabilities:
     voices: tuple[VoiceInfo, ...]
     seed_voices: bool = False
     """Any ``seed:N`` (0 <= N <= MAX_SEED) is a voice too."""
+    voice_ids: frozenset[str] = field(init=False, repr=False, compare=False)
+    """The voices' ids (computed once: every request looks its voice up here)."""
 
-    @property
-    def voice_ids(self) -> frozenset[str]:
-        return frozenset(v.id for v in self.voices)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "voice_ids", frozenset(v.id for v in self.voices))
 
     def to_json(self) -> str:
         return json.dumps(
