@@ -240,8 +240,10 @@ def _cmd_redis(args: argparse.Namespace) -> int:
     import signal
 
     from core.redis_server import RedisServer
+    from core.settings import ServiceSettings
 
-    server = RedisServer(args.dir, port=args.port).start()
+    budget = ServiceSettings().redis_maxmemory_bytes
+    server = RedisServer(args.dir, port=args.port, maxmemory_bytes=budget).start()
     print(f"redis-server on {server.url} (AOF in {args.dir}); Ctrl-C stops it", flush=True)
     stop = __import__("threading").Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -401,6 +403,18 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def _bad_setting(error: Exception) -> str | None:
+    """One line for settings that do not validate (pydantic), naming the variable."""
+    from pydantic import ValidationError
+
+    if not isinstance(error, ValidationError):
+        return None
+    first = error.errors()[0]
+    where = "__".join(str(p) for p in first.get("loc", ())).upper()
+    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"bad setting VOICELANE_{where}: {message}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
@@ -415,6 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if os.environ.get("VOICELANE_DEBUG"):
             raise
+        if (setting := _bad_setting(error)) is not None:
+            return _fail(setting, 2)
         return _fail(f"internal error: {type(error).__name__}: {error}", 1)
     return status
 

@@ -1,11 +1,20 @@
 """What the REST app's routes share: the app's state and the caller's tenant, as FastAPI
-dependencies (``Depends``)."""
+dependencies (``Depends``), and :func:`blocking` for the synchronous job ledger.
+
+The routes are ``async``; the job ledger (and Celery's enqueue) are synchronous clients. A
+route never calls them on the event loop: :func:`blocking` runs them on a bounded pool of
+threads, so a slow or paused Redis delays the requests that need it and nothing else —
+health and readiness answer at once whatever Redis does."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from fastapi import Depends, Header
 from starlette.requests import HTTPConnection
 
@@ -14,9 +23,35 @@ from api.engines import EngineRegistry
 from api.streams import StreamGateway
 from core.batch_lane import BatchClient
 from core.ledger import Ledger
+from core.quotas import RequestRate
 from core.realtime_lane import RealtimeClient
 from core.settings import ApiSettings
 from core.storage import Storage
+
+
+class WebSocketGate:
+    """Open WebSockets of this process, per client address and in all: past either cap a new
+    socket is refused at once (an attacker's idle sockets cannot exhaust the process)."""
+
+    def __init__(self, *, per_address: int, total: int) -> None:
+        self.per_address = per_address
+        self.total = total
+        self._open: Counter[str] = Counter()
+
+    @property
+    def open(self) -> int:
+        return self._open.total()
+
+    def enter(self, address: str) -> bool:
+        if self._open[address] >= self.per_address or self.open >= self.total:
+            return False
+        self._open[address] += 1
+        return True
+
+    def leave(self, address: str) -> None:
+        self._open[address] -= 1
+        if self._open[address] <= 0:
+            del self._open[address]
 
 
 @dataclass
@@ -31,6 +66,23 @@ class ApiState:
     lane: RealtimeClient
     engines: EngineRegistry
     streams: StreamGateway
+    rate: RequestRate
+    blocking_threads: CapacityLimiter
+    websockets: WebSocketGate
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+BLOCKING_THREADS = 32
+"""Threads for the synchronous ledger calls of one API process."""
+
+
+async def blocking(state: ApiState, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``fn(*args, **kwargs)`` on a worker thread: never block the event loop on Redis."""
+    return await anyio.to_thread.run_sync(
+        lambda: fn(*args, **kwargs), limiter=state.blocking_threads
+    )
 
 
 def api_state(connection: HTTPConnection) -> ApiState:

@@ -19,8 +19,8 @@ from typing import Any, Never, TypeAlias
 
 import grpc
 import grpc.aio
-import redis
 
+from api.failures import service_error
 from api.grpc_auth import current_tenant
 from api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
 from core.errors import (
@@ -36,15 +36,17 @@ from core.wire import speech_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Speech"].full_name
+RETRY_AFTER_MS = "retry-after-ms"
+"""Trailing metadata of a refusal that may pass later (RESOURCE_EXHAUSTED, UNAVAILABLE): when
+to try again, in ms."""
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"  # generic only in the stubs
 
 
 def status_code(error: BaseException) -> grpc.StatusCode:
-    """The gRPC status of ``error``: ``core.errors`` decides, an unreachable Redis is
-    UNAVAILABLE (transient), anything else INTERNAL."""
-    if isinstance(error, redis.RedisError):
-        return grpc.StatusCode.UNAVAILABLE
+    """The gRPC status of ``error``: ``core.errors`` decides (a failing Redis through
+    :func:`api.failures.service_error`), anything else INTERNAL."""
+    error = service_error(error) or error
     code = grpc.StatusCode.__members__.get(grpc_status_name(error), grpc.StatusCode.INTERNAL)
     return grpc.StatusCode.INTERNAL if code is grpc.StatusCode.OK else code
 
@@ -182,18 +184,20 @@ async def _close(stream: Stream | None) -> None:
 
 
 async def _abort(context: Context, request_id: str | None, error: Exception) -> Never:
+    error = service_error(error) or error
     code = status_code(error)
     rid = request_id or "-"
     if isinstance(error, VoicelaneError):
         message = error.message
         log.info("stream %s ended: %s: %s", rid, code.name, message)
-    elif isinstance(error, redis.RedisError):
-        message = "the real-time lane is unreachable; retry shortly"
-        log.warning("stream %s ended: Redis: %s", rid, " ".join(str(error).split())[:200])
     else:
         message = "internal error"
         log.exception("stream %s failed", rid)
-    await context.abort(code, message)
+    retry_after_s = error.retry_after_s if isinstance(error, VoicelaneError) else None
+    trailing = (
+        () if retry_after_s is None else ((RETRY_AFTER_MS, str(round(retry_after_s * 1000))),)
+    )
+    await context.abort(code, message, trailing_metadata=trailing)
 
 
 def _log_end(kind: str, stream: Stream) -> None:

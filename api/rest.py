@@ -10,25 +10,35 @@ status the error class maps to (``core/errors.py``).
 from __future__ import annotations
 
 import logging
+import math
 
+import redis
+from anyio import CapacityLimiter
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.auth import ApiKeys
-from api.deps import ApiState
+from api.body_limit import BodyLimit, route_limits
+from api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
 from api.engines import EngineRegistry
-from api.routes import jobs, ops, speech
+from api.failures import service_error
+from api.routes import callbacks, jobs, ops, speech
+from api.routes.speech import MAX_SPEECH_BODY_BYTES
 from api.streams import StreamGateway
 from core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
 from core.errors import InvalidInputError, VoicelaneError, http_status
 from core.ledger import Ledger
+from core.quotas import RequestRate
 from core.realtime_lane import RealtimeClient
 from core.settings import ApiSettings
 from core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
+
+LEDGER_TIMEOUT_S = 3.0
+"""A REST request waits at most this for one Redis reply, then answers 503."""
 
 
 def error_response(error: VoicelaneError | Exception, status: int | None = None) -> JSONResponse:
@@ -37,11 +47,12 @@ def error_response(error: VoicelaneError | Exception, status: int | None = None)
     body: dict[str, str] = {"code": code, "message": message}
     if isinstance(error, VoicelaneError) and error.field:
         body["field"] = error.field
-    return JSONResponse(
-        {"error": body},
-        status_code=status or http_status(error),
-        headers={"WWW-Authenticate": "Bearer"} if code == "unauthenticated" else None,
-    )
+    headers: dict[str, str] = {}
+    if code == "unauthenticated":
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(error, VoicelaneError) and error.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
+    return JSONResponse({"error": body}, status_code=status or http_status(error), headers=headers)
 
 
 def create_app(
@@ -55,10 +66,14 @@ def create_app(
     if storage is None:
         storage = open_storage(settings.storage, dev_mode=settings.dev_mode)
         storage.prepare()
-    ledger = ledger or Ledger.from_url(settings.redis_url)
-    # Async Redis for the real-time lane and the engine's capabilities (connects on first use).
+    ledger = ledger or Ledger.from_url(settings.redis_url, socket_timeout_s=LEDGER_TIMEOUT_S)
+    # Async Redis for the real-time lane, the quotas and the engine's capabilities (connects
+    # on first use).
     lane = RealtimeClient.from_url(settings.redis_url, settings.realtime)
     engines = EngineRegistry(lane, settings.engine)
+    rate = RequestRate(
+        lane.redis, per_s=settings.tenant_requests_per_s, burst=settings.tenant_request_burst
+    )
     state = ApiState(
         settings=settings,
         keys=ApiKeys.from_settings(settings.api_keys, dev_mode=settings.dev_mode),
@@ -67,7 +82,13 @@ def create_app(
         storage=storage,
         lane=lane,
         engines=engines,
-        streams=StreamGateway(settings, lane, engines),
+        streams=StreamGateway(settings, lane, engines, rate=rate),
+        rate=rate,
+        blocking_threads=CapacityLimiter(BLOCKING_THREADS),
+        websockets=WebSocketGate(
+            per_address=settings.websocket_max_per_address,
+            total=settings.websocket_max_connections,
+        ),
     )
     app = FastAPI(
         title="voicelane",
@@ -75,8 +96,11 @@ def create_app(
         description="Self-hosted speech rendering: batch jobs and live streams.",
     )
     app.state.voicelane = state
+    app.add_middleware(
+        BodyLimit, limit_for=route_limits(settings.max_upload_bytes, MAX_SPEECH_BODY_BYTES)
+    )
     _install_error_handlers(app)
-    for router in (jobs.router, speech.router, ops.router):
+    for router in (jobs.router, speech.router, ops.router, callbacks.router):
         app.include_router(router)
     return app
 
@@ -100,6 +124,15 @@ def _install_error_handlers(app: FastAPI) -> None:
             {"error": {"code": "http_error", "message": wrapped.message}},
             status_code=error.status_code,
         )
+
+    @app.exception_handler(redis.RedisError)
+    async def on_redis_error(_: Request, error: redis.RedisError) -> JSONResponse:
+        known = service_error(error)
+        if known is None:
+            log.exception("Redis error")
+            return error_response(VoicelaneError("internal error"), 500)
+        log.warning("%s: %s", known.code, " ".join(str(error).split())[:200])
+        return error_response(known)
 
     @app.exception_handler(Exception)
     async def on_unexpected(_: Request, error: Exception) -> JSONResponse:

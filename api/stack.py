@@ -3,9 +3,15 @@
 Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), a GPU worker (engine +
 batcher + ``render`` queue + real-time consumer), a CPU worker (``control,assemble`` +
 reconciler), the REST API, the gRPC front and Flower, each as a child process, prints where
-each listens, and stops them all (children first, then the Redis it started) on Ctrl-C or
-SIGTERM. State (Redis AOF, local storage)
-lives in ``--state-dir`` (default ``.voicelane/``).
+each listens once all answer, and stops them all (children in reverse order, then the Redis
+it started) on Ctrl-C or SIGTERM. State (Redis AOF, local storage) lives in ``--state-dir``
+(default ``.voicelane/``).
+
+Until then it supervises: a child that exits is restarted with the same command and
+environment after a backoff (1 s, doubling to at most 30 s; back to 1 s once it stayed up
+60 s) while the others keep serving, and so is the Redis it started (same data directory and
+port: it replays its AOF and clients reconnect). Each restart is one line on stdout and in
+``logs/supervisor.log``; ``{state_dir}/children.json`` says who runs (pid, restarts, since).
 
 Without ``VOICELANE_API_KEYS`` the stack runs in dev mode: API key ``demo-key`` (tenant
 ``demo``) and Flower login ``admin:admin``, printed at start. Never expose a dev-mode stack.
@@ -13,40 +19,222 @@ Without ``VOICELANE_API_KEYS`` the stack runs in dev mode: API key ``demo-key`` 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
 
+from core.errors import VoicelaneError
 from core.redis_server import RedisServer, redis_answers
 from core.settings import ApiSettings, FlowerSettings, GrpcSettings
 
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+STABLE_AFTER_S = 60.0
+"""A process that stayed up this long gets the first backoff again when it next exits."""
+READY_TIMEOUT_S = 60.0
+TICK_S = 0.2
+CHILDREN_FILE = "children.json"
+
+
+def describe_exit(status: int) -> str:
+    """``exited with 3`` or ``killed by SIGKILL`` (Popen's negative return codes)."""
+    if status >= 0:
+        return f"exited with {status}"
+    try:
+        return f"killed by {signal.Signals(-status).name}"
+    except ValueError:
+        return f"killed by signal {-status}"
+
+
+class Supervised(ABC):
+    """A process ``up`` keeps running: after it exits (while the stack is not stopping) it
+    is started again once its backoff has passed."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.restarts = 0
+        self.since = 0.0
+        """Wall clock (unix seconds) of the last start."""
+        self.restart_at: float | None = None
+        """Monotonic time its restart is due; None while it runs."""
+        self._started = 0.0
+        self._backoff_s = BACKOFF_FIRST_S
+
+    @property
+    @abstractmethod
+    def pid(self) -> int | None: ...
+
+    @abstractmethod
+    def exit_status(self) -> int | None:
+        """Its exit status once it exited (reaping it), None while it runs."""
+
+    @abstractmethod
+    def _launch(self) -> None: ...
+
+    def start(self) -> None:
+        self._started, self.since = time.monotonic(), time.time()
+        self._launch()
+
+    def restart(self) -> None:
+        self.restart_at = None
+        self.restarts += 1
+        self.start()
+
+    def schedule_restart(self) -> float:
+        """Marks it down; returns the seconds until its restart (the backoff)."""
+        now = time.monotonic()
+        if now - self._started >= STABLE_AFTER_S:
+            self._backoff_s = BACKOFF_FIRST_S
+        delay = self._backoff_s
+        self._backoff_s = min(2 * delay, BACKOFF_MAX_S)
+        self.restart_at = now + delay
+        return delay
+
+    def state(self) -> dict[str, object]:
+        pid = self.pid if self.restart_at is None else None
+        return {"pid": pid, "restarts": self.restarts, "since": round(self.since, 3)}
+
+
+class Child(Supervised):
+    """``python -m api.cli ARGS`` in its own session (Ctrl-C reaches ``up`` only, which stops
+    the children in order); a restart runs the same command with the same environment."""
+
+    def __init__(
+        self, name: str, args: list[str], where: str, env: dict[str, str], log_dir: Path
+    ) -> None:
+        super().__init__(name)
+        self.where = where
+        self.args = args
+        self.env = env
+        self.log = log_dir / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def exit_status(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def _launch(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "api.cli", *self.args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def terminate(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, deadline: float) -> None:
+        """Until it exited; SIGKILL past ``deadline`` (monotonic)."""
+        if self.process is None:
+            return
+        try:
+            self.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class SupervisedRedis(Supervised):
+    """The Redis ``up`` started: restarted from the same data directory and port, so it
+    replays its AOF and its clients reconnect."""
+
+    def __init__(self, server: RedisServer) -> None:
+        super().__init__("redis")
+        self.server = server
+
+    @property
+    def pid(self) -> int | None:
+        return self.server.pid
+
+    def exit_status(self) -> int | None:
+        return self.server.returncode
+
+    def _launch(self) -> None:
+        self.server.start()
+
 
 @dataclass
-class Child:
-    name: str
-    process: subprocess.Popen[bytes]
-    where: str
+class Supervisor:
+    """Restarts what exits, reports each restart, keeps ``children.json`` current."""
 
+    state_dir: Path
+    log_dir: Path
+    redis: SupervisedRedis | None = None
+    children: list[Child] = field(default_factory=list)
 
-def _spawn(
-    name: str, args: list[str], env: dict[str, str], log_dir: Path
-) -> subprocess.Popen[bytes]:
-    log = (log_dir / f"{name}.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "api.cli", *args],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # Ctrl-C reaches us; we stop the children in order
-    )
+    @property
+    def procs(self) -> list[Supervised]:
+        return [*([self.redis] if self.redis else []), *self.children]
+
+    def tend(self) -> None:
+        """One pass: reap what exited and schedule its restart; restart what is due."""
+        changed = [self._tend(proc) for proc in self.procs]
+        if any(changed):
+            self.write_state()
+
+    def _tend(self, proc: Supervised) -> bool:
+        if proc.restart_at is None:
+            status = proc.exit_status()
+            if status is None:
+                return False
+            self._down(proc, describe_exit(status))
+            return True
+        if time.monotonic() < proc.restart_at:
+            return False
+        try:
+            proc.restart()
+        except (OSError, VoicelaneError) as error:
+            self._down(proc, f"did not start ({error})")
+        return True
+
+    def _down(self, proc: Supervised, why: str) -> None:
+        delay = proc.schedule_restart()
+        self.report(f"{proc.name} {why}; restart {proc.restarts + 1} in {delay:g} s")
+
+    def report(self, line: str) -> None:
+        print(line, flush=True)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with (self.log_dir / "supervisor.log").open("a") as log:
+            log.write(f"{stamp} {line}\n")
+
+    def write_state(self) -> None:
+        """``children.json``, atomically (a reader sees the old file or the new one)."""
+        state: dict[str, object] = {"redis": None}
+        state.update({proc.name: proc.state() for proc in self.procs})
+        path = self.state_dir / CHILDREN_FILE
+        temporary = path.with_name(f".{CHILDREN_FILE}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(state, indent=2) + "\n")
+        os.replace(temporary, path)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """Children in reverse order (SIGTERM, SIGKILL past the deadline), then Redis."""
+        for child in reversed(self.children):
+            child.terminate()
+        deadline = time.monotonic() + timeout_s
+        for child in reversed(self.children):
+            child.wait(deadline)
+        if self.redis is not None:
+            self.redis.server.stop()
+        (self.state_dir / CHILDREN_FILE).unlink(missing_ok=True)
 
 
 def _link_secret(state_dir: Path) -> str:
@@ -57,21 +245,6 @@ def _link_secret(state_dir: Path) -> str:
         path.write_text(secrets.token_hex(32))
         path.chmod(0o600)
     return path.read_text().strip()
-
-
-def _wait_ready(url: str, timeout_s: float, children: list[Child]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for child in children:
-            if child.process.poll() is not None:
-                raise RuntimeError(f"{child.name} exited with {child.process.returncode}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout_s:.0f} s")
 
 
 def grpc_serving(target: str) -> bool:
@@ -89,103 +262,114 @@ def grpc_serving(target: str) -> bool:
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def _wait_realtime(
-    redis_url: str, grpc_target: str, timeout_s: float, children: list[Child]
-) -> None:
-    """Until the gRPC front serves and a GPU worker reports real-time capacity."""
+def _ready(api: ApiSettings, grpc_target: str) -> bool:
+    """The API is ready, the gRPC front serves and a GPU worker reports real-time capacity."""
     import redis
 
     from core.realtime_lane import reporting_workers
 
-    client = redis.Redis.from_url(redis_url)
-    deadline = time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline:
-            for child in children:
-                if child.process.poll() is not None:
-                    raise RuntimeError(f"{child.name} exited with {child.process.returncode}")
-            if reporting_workers(client) > 0 and grpc_serving(grpc_target):
-                return
-            time.sleep(0.2)
+        if httpx.get(f"http://{api.host}:{api.port}/readyz", timeout=1.0).status_code != 200:
+            return False
+    except httpx.HTTPError:
+        return False
+    client = redis.Redis.from_url(api.redis_url, socket_timeout=1.0)
+    try:
+        return reporting_workers(client) > 0 and grpc_serving(grpc_target)
+    except redis.RedisError:
+        return False
     finally:
         client.close()
-    raise RuntimeError(f"the real-time lane was not ready after {timeout_s:.0f} s")
 
 
-def _stop(children: list[Child], timeout_s: float = 20.0) -> None:
-    for child in reversed(children):
-        if child.process.poll() is None:
-            child.process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    for child in reversed(children):
-        try:
-            child.process.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.process.kill()
-            child.process.wait()
+def _environment(state_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("VOICELANE_STORAGE_BACKEND", "local")
+    env.setdefault("VOICELANE_STORAGE_LOCAL__ROOT", str(state_dir / "storage"))
+    if "VOICELANE_STORAGE_LOCAL__SECRET" not in env:
+        env["VOICELANE_STORAGE_LOCAL__SECRET"] = _link_secret(state_dir)
+    if not env.get("VOICELANE_API_KEYS"):
+        env["VOICELANE_DEV_MODE"] = "1"
+    return env
+
+
+def _own_redis(state_dir: Path, api: ApiSettings) -> SupervisedRedis | None:
+    """A Redis of our own, unless one answers at the configured URL (then it is not ours to
+    start, supervise or stop)."""
+    parsed = urlparse(api.redis_url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
+    if redis_answers(host, port):
+        return None
+    server = RedisServer(
+        state_dir / "redis", host=host, port=port, maxmemory_bytes=api.redis_maxmemory_bytes
+    )
+    return SupervisedRedis(server)
+
+
+def _banner(supervisor: Supervisor, redis_url: str, dev: bool) -> str:
+    lines = [f"redis       {redis_url}{' (started here)' if supervisor.redis else ''}"]
+    lines += [f"{child.name:11} {child.where}" for child in supervisor.children]
+    if dev:
+        lines.append("dev mode: API key 'demo-key' (tenant demo), Flower login admin:admin")
+    lines.append(f"restarted when they exit; who runs: {supervisor.state_dir / CHILDREN_FILE}")
+    lines.append(f"logs in {supervisor.log_dir}; Ctrl-C stops everything")
+    return "\n".join(lines)
+
+
+def _serve(
+    supervisor: Supervisor, ready: Callable[[], bool], banner: str, stopping: threading.Event
+) -> None:
+    """Supervise until ``stopping``; print ``banner`` once everything answers."""
+    announced = warned = False
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not stopping.is_set():
+        supervisor.tend()
+        if not announced and ready():
+            print(banner, flush=True)
+            announced = True
+        elif not (announced or warned) and time.monotonic() > deadline:
+            print(f"not ready after {READY_TIMEOUT_S:g} s; still trying (see the logs)", flush=True)
+            warned = True
+        stopping.wait(TICK_S)
 
 
 def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
     state_dir = state_dir.resolve()
     log_dir = state_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.setdefault("VOICELANE_STORAGE_BACKEND", "local")
-    env.setdefault("VOICELANE_STORAGE_LOCAL__ROOT", str(state_dir / "storage"))
-    if "VOICELANE_STORAGE_LOCAL__SECRET" not in env:
-        env["VOICELANE_STORAGE_LOCAL__SECRET"] = _link_secret(state_dir)
+    env = _environment(state_dir)
     dev = not env.get("VOICELANE_API_KEYS")
-    if dev:
-        env["VOICELANE_DEV_MODE"] = "1"
     os.environ.update({k: v for k, v in env.items() if k.startswith("VOICELANE_")})
     api = ApiSettings()
     flower = FlowerSettings()
     grpc = GrpcSettings()
     env.setdefault("VOICELANE_STORAGE_LOCAL__PUBLIC_BASE_URL", f"http://{api.host}:{api.port}")
+    grpc_target = f"{grpc.grpc_host}:{grpc.grpc_port}"
 
-    redis_server: RedisServer | None = None
-    parsed = urlparse(api.redis_url)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
-    if not redis_answers(host, port):
-        redis_server = RedisServer(state_dir / "redis", host=host, port=port).start()
-    children: list[Child] = []
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
     if pidfile is not None:
         pidfile.write_text(str(os.getpid()))
+    supervisor = Supervisor(state_dir, log_dir, redis=_own_redis(state_dir, api))
     try:
+        if supervisor.redis is not None:
+            supervisor.redis.start()
         for name, args, where in (
             ("gpu-worker", ["worker"], "queue render (engine + batcher)"),
             ("cpu-worker", ["worker", "--queues", "control,assemble"], "queues control, assemble"),
             ("api", ["api"], f"http://{api.host}:{api.port} (OpenAPI: /docs)"),
-            ("grpc", ["grpc"], f"{grpc.grpc_host}:{grpc.grpc_port} (voicelane.v1.Speech)"),
+            ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)"),
             ("flower", ["flower"], f"http://{flower.flower_host}:{flower.flower_port}"),
         ):
-            children.append(Child(name, _spawn(name, args, env, log_dir), where))
-        _wait_ready(f"http://{api.host}:{api.port}/readyz", 60, children)
-        _wait_realtime(api.redis_url, f"{grpc.grpc_host}:{grpc.grpc_port}", 60, children)
-        print(f"redis       {api.redis_url}{' (started here)' if redis_server else ''}")
-        for child in children:
-            print(f"{child.name:11} {child.where}")
-        if dev:
-            print("dev mode: API key 'demo-key' (tenant demo), Flower login admin:admin")
-        print(f"logs in {log_dir}; Ctrl-C stops everything", flush=True)
-        while not stopping:
-            for child in children:
-                if child.process.poll() is not None:
-                    print(f"{child.name} exited with {child.process.returncode}; stopping")
-                    stopping = True
-            time.sleep(0.5)
+            child = Child(name, args, where, env, log_dir)
+            supervisor.children.append(child)
+            child.start()
+        supervisor.write_state()
+        banner = _banner(supervisor, api.redis_url, dev)
+        _serve(supervisor, lambda: _ready(api, grpc_target), banner, stopping)
         return 0
     finally:
-        _stop(children)
-        if redis_server is not None:
-            redis_server.stop()
+        supervisor.stop()
         if pidfile is not None:
             pidfile.unlink(missing_ok=True)

@@ -6,17 +6,21 @@ it came through:
 1. *validate* — the request rules of :mod:`core.rules` against the capabilities the workers'
    engine published (:class:`~api.engines.EngineRegistry`): text, voice, speed, sample rate
    for the encoding asked, request id, deadline; nothing reaches Redis before this passes;
-2. *admit* — :class:`Admission`: free real-time slots of live workers minus the queue;
-   past capacity the stream is refused at once (``RESOURCE_EXHAUSTED``);
-3. *submit* — the stream id is reserved for its tenant (checked again on resume), and the
-   request queued on the lane (:class:`core.realtime_lane.RealtimeClient`) with an absolute
-   deadline and the encoding the front needs (Opus packets, a file, raw PCM);
+2. *admit* — the tenant's request rate (:mod:`core.quotas`) and concurrent streams
+   (``tenant_max_streams``), then :class:`Admission`: free real-time slots of live workers
+   minus the queue; past any of them the stream is refused at once (``RESOURCE_EXHAUSTED``,
+   429 on HTTP) with a retry hint;
+3. *submit* — the stream id, in its tenant's namespace, is reserved for the tenant (checked
+   again on resume), and the request queued on the lane
+   (:class:`core.realtime_lane.RealtimeClient`) with an absolute deadline (the client's,
+   capped at ``max_deadline_s``) and the encoding the front needs (Opus packets, a file, raw
+   PCM);
 4. *relay* — the request's output stream becomes :class:`StreamChunk` values as it grows,
    with the lane's liveness rules: ``UNAVAILABLE`` when no worker picks the request up in
    time, or when its worker's heartbeat lapsed and nobody took over;
 5. *close* — a stream that did not reach its end (client gone, error) gets its request
-   cancelled: the worker drops it before its next batch. While the server drains for a
-   shutdown, streams are left running instead, to be resumed.
+   cancelled: the worker drops it before its next batch; the tenant's slot is given back.
+   While the server drains for a shutdown, streams are left running instead, to be resumed.
 
 gRPC (:mod:`api.grpc_service`), the WebSocket stream and OpenAI's speech route
 (:mod:`api.routes.speech`) are thin adapters: each turns its wire format into a
@@ -39,11 +43,13 @@ from core.audio.stream import StreamEncoding, stream_sample_rates
 from core.errors import (
     DeadlineExceededError,
     NoCapacityError,
+    QuotaExceededError,
     StreamExistsError,
     StreamNotFoundError,
     UnavailableError,
     error_for_status,
 )
+from core.quotas import RequestRate
 from core.realtime_lane import (
     EventKind,
     InputKind,
@@ -52,6 +58,7 @@ from core.realtime_lane import (
     OutputEvent,
     RealtimeClient,
     StreamRequest,
+    lane_request_id,
     new_request_id,
     now_ms,
 )
@@ -61,6 +68,7 @@ from core.rules import (
     ConversationText,
     EngineCapabilities,
     SpeechOptions,
+    check_client_ts_ms,
     check_request_id,
     check_speech_options,
     check_speech_text,
@@ -72,6 +80,10 @@ log = logging.getLogger(__name__)
 DEFAULT_CAPACITY_TTL_S = 0.075
 DEFAULT_BLOCK_MS = 150
 TENANT_TTL_MARGIN_S = 60
+NO_CAPACITY_RETRY_S = 0.5
+"""Retry hint when the lane is full (a slot frees as soon as any stream ends)."""
+TENANT_SLOT_RETRY_S = 1.0
+"""Retry hint when the tenant holds all its streams (none is known to end sooner)."""
 
 ClientGone = Callable[[], bool]
 
@@ -155,7 +167,9 @@ class Admission:
                 self._capacity = await self._lane.capacity()
                 self._fetched_at = time.monotonic()
             if self._capacity - self._in_flight - self._submitted <= 0:
-                raise NoCapacityError("no real-time capacity; retry shortly")
+                raise NoCapacityError(
+                    "no real-time capacity; retry shortly", retry_after_s=NO_CAPACITY_RETRY_S
+                )
             self._in_flight += 1
 
 
@@ -215,6 +229,7 @@ class Stream:
     def __init__(
         self,
         gateway: StreamGateway,
+        tenant: str,
         request_id: str,
         *,
         deadline_ms: int,
@@ -227,13 +242,17 @@ class Stream:
         rt = gateway.settings.realtime
         self._gateway = gateway
         self._lane = gateway.lane
+        self.tenant = tenant
         self.request_id = request_id
+        """The id the client knows."""
+        self.lane_id = lane_request_id(tenant, request_id)
+        """The id in the lane (the client's, in its tenant's namespace)."""
         self._deadline_ms = deadline_ms
         self._sample_rate_hz = sample_rate_hz
         self._client_ts_ms = client_ts_ms
         self._liveness = Liveness(
             gateway.lane,
-            request_id,
+            self.lane_id,
             claim_timeout_s=rt.claim_timeout_s,
             unavailable_after_s=rt.unavailable_after_s,
             picked_up=picked_up,
@@ -263,7 +282,7 @@ class Stream:
             if now_ms() >= self._deadline_ms:
                 raise DeadlineExceededError("the stream's deadline passed")
             block_ms = max(1, min(self._block_ms, self._deadline_ms - now_ms()))
-            entries = await self._lane.read_output(self.request_id, after_id, block_ms)
+            entries = await self._lane.read_output(self.lane_id, after_id, block_ms)
             if not entries:
                 await self._liveness.check_idle()
                 continue
@@ -278,11 +297,12 @@ class Stream:
                     return
 
     async def close(self) -> None:
-        """Cancel the request unless it reached its end (or the server is draining)."""
-        if self.finished or self.closed or self._gateway.draining:
+        """Cancel the request unless it reached its end, and give the tenant's slot back
+        (neither while the server drains: the stream goes on, to be resumed)."""
+        if self.closed or self._gateway.draining:
             return
         self.closed = True
-        await self._gateway.cancel(self.request_id)
+        await self._gateway.end(self.tenant, self.lane_id, cancel=not self.finished)
 
     def _accept(self, event: OutputEvent) -> StreamChunk | None:
         if event.kind is EventKind.AUDIO:
@@ -331,15 +351,15 @@ class Conversation(Stream):
             self._text = ConversationText(self._gateway.settings.max_stream_text_chars)
         text = self._text.accept(delta)
         if text:
-            await self._lane.send_input(self.request_id, InputPiece(InputKind.TEXT, text))
+            await self._lane.send_input(self.lane_id, InputPiece(InputKind.TEXT, text))
 
     async def flush(self) -> None:
-        await self._lane.send_input(self.request_id, InputPiece(InputKind.FLUSH))
+        await self._lane.send_input(self.lane_id, InputPiece(InputKind.FLUSH))
 
     async def end(self) -> None:
         if not self.ended:
             self.ended = True
-            await self._lane.send_input(self.request_id, InputPiece(InputKind.END))
+            await self._lane.send_input(self.lane_id, InputPiece(InputKind.END))
 
 
 # ---- the gateway ---------------------------------------------------------------------------
@@ -355,6 +375,7 @@ class StreamGateway:
         engines: EngineRegistry,
         *,
         admission: Admission | None = None,
+        rate: RequestRate | None = None,
         block_ms: int = DEFAULT_BLOCK_MS,
         min_deadline_s: float = MIN_USEFUL_DEADLINE_S,
     ) -> None:
@@ -362,6 +383,9 @@ class StreamGateway:
         self.lane = lane
         self.engines = engines
         self.admission = admission or Admission(lane)
+        self.rate = rate or RequestRate(
+            lane.redis, per_s=settings.tenant_requests_per_s, burst=settings.tenant_request_burst
+        )
         self.block_ms = block_ms
         self.min_deadline_s = min_deadline_s
         self.draining = False
@@ -372,12 +396,14 @@ class StreamGateway:
         return await self.engines.capabilities()
 
     def deadline_ms(self, time_remaining_s: float | None) -> int:
-        """The stream's absolute deadline (unix ms): the client's, else the default."""
+        """The stream's absolute deadline (unix ms): the client's, else the default; never
+        more than ``max_deadline_s`` away."""
+        rt = self.settings.realtime
         if time_remaining_s is None:
-            return now_ms() + round(self.settings.realtime.default_deadline_s * 1000)
-        if time_remaining_s < self.min_deadline_s:
+            time_remaining_s = rt.default_deadline_s
+        elif time_remaining_s < self.min_deadline_s:
             raise DeadlineExceededError("the call's deadline has passed before it could start")
-        return now_ms() + round(time_remaining_s * 1000)
+        return now_ms() + round(min(time_remaining_s, rt.max_deadline_s) * 1000)
 
     async def synthesize(
         self,
@@ -434,8 +460,10 @@ class StreamGateway:
     ) -> Stream:
         """The rest of the tenant's stream after ``after_seq``."""
         request_id = check_request_id(request_id)
+        client_ts_ms = check_client_ts_ms(client_ts_ms)
         deadline_ms = self.deadline_ms(time_remaining_s)
-        resumable, has_output = await self.lane.resumable(request_id, tenant)
+        lane_id = lane_request_id(tenant, request_id)
+        resumable, has_output = await self.lane.resumable(lane_id, tenant)
         if not resumable:
             raise StreamNotFoundError(
                 f"no stream {request_id} to resume (unknown, expired or another tenant's)"
@@ -443,6 +471,7 @@ class StreamGateway:
         log.info("stream %s resumed after seq %d: tenant=%s", request_id, after_seq, tenant)
         return Stream(
             self,
+            tenant,
             request_id,
             deadline_ms=deadline_ms,
             sample_rate_hz=sample_rate_hz or DEFAULT_SAMPLE_RATE_HZ,
@@ -452,13 +481,19 @@ class StreamGateway:
             client_gone=client_gone,
         )
 
-    async def cancel(self, request_id: str) -> None:
-        """Set the request's cancel mark; survives the caller's own cancellation."""
-        task = asyncio.create_task(self.lane.cancel(request_id))
+    async def end(self, tenant: str, lane_id: str, *, cancel: bool) -> None:
+        """A stream is over for its front: set its cancel mark (if it did not finish) and give
+        its tenant's slot back; survives the caller's own cancellation."""
+        task = asyncio.create_task(self._end(tenant, lane_id, cancel=cancel))
         self._background.add(task)
-        task.add_done_callback(self._cancel_done(request_id))
+        task.add_done_callback(self._end_done(lane_id, cancelled=cancel))
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.shield(task)
+
+    async def _end(self, tenant: str, lane_id: str, *, cancel: bool) -> None:
+        if cancel:
+            await self.lane.cancel(lane_id)
+        await self.lane.release_tenant_slot(tenant, lane_id)
 
     async def wait_background(self) -> None:
         """Let the cancel marks of the last streams reach Redis."""
@@ -471,18 +506,19 @@ class StreamGateway:
         self, tenant: str, ask: StreamAsk, mode: Mode, time_remaining_s: float | None
     ) -> StreamRequest:
         options = await self._options(ask)
+        client_ts_ms = check_client_ts_ms(ask.client_ts_ms)
         request_id = (
             check_request_id(ask.request_id) if ask.request_id is not None else new_request_id()
         )
         return StreamRequest(
-            request_id=request_id,
+            request_id=lane_request_id(tenant, request_id),
             tenant=tenant,
             voice=options.voice,
             sample_rate_hz=options.sample_rate_hz,
             deadline_ms=self.deadline_ms(time_remaining_s),
             mode=mode,
             speed=options.speed,
-            client_ts_ms=ask.client_ts_ms,
+            client_ts_ms=client_ts_ms,
             encoding=ask.encoding,
         )
 
@@ -497,23 +533,43 @@ class StreamGateway:
         )
 
     async def _submit(self, request: StreamRequest, text: str | None, *, chosen_id: bool) -> None:
-        """Admit, reserve the id for the tenant, queue. Nothing is written unless admitted."""
-        exists = StreamExistsError(f"a stream with request_id {request.request_id} already exists")
-        if chosen_id and await self.lane.exists(request.request_id):
+        """Quotas, admission, the id reserved for the tenant, queue. Nothing is written to the
+        lane unless every check passed; a refusal after the tenant's slot was taken gives it
+        back."""
+        tenant, lane_id = request.tenant, request.request_id
+        public_id = lane_id.removeprefix(f"{tenant}.")
+        exists = StreamExistsError(
+            f"request_id: a stream {public_id} already exists", field="request_id"
+        )
+        if chosen_id and await self.lane.exists(lane_id):
             raise exists
+        await self.rate.take(tenant)
         remaining_s = max(0.0, (request.deadline_ms - now_ms()) / 1000)
         ttl_s = math.ceil(remaining_s + self.settings.realtime.output_ttl_s) + TENANT_TTL_MARGIN_S
         async with self.admission.slot():
-            if not await self.lane.reserve(request.request_id, request.tenant, ttl_s):
-                raise exists
-            await self.lane.submit(request, text)
+            limit = self.settings.tenant_max_streams
+            if not await self.lane.hold_tenant_slot(
+                tenant, lane_id, until_ms=request.deadline_ms, limit=limit
+            ):
+                raise QuotaExceededError(
+                    f"tenant {tenant!r} already has {limit} open streams; close one first",
+                    retry_after_s=TENANT_SLOT_RETRY_S,
+                )
+            try:
+                if not await self.lane.reserve(lane_id, tenant, ttl_s):
+                    raise exists
+                await self.lane.submit(request, text)
+            except BaseException:
+                await self.lane.release_tenant_slot(tenant, lane_id)
+                raise
 
     def _stream(
         self, kind: type[Stream], request: StreamRequest, client_gone: ClientGone
     ) -> Stream:
         return kind(
             self,
-            request.request_id,
+            request.tenant,
+            request.request_id.removeprefix(f"{request.tenant}."),
             deadline_ms=request.deadline_ms,
             sample_rate_hz=request.sample_rate_hz,
             client_ts_ms=request.client_ts_ms,
@@ -521,13 +577,13 @@ class StreamGateway:
             client_gone=client_gone,
         )
 
-    def _cancel_done(self, request_id: str) -> Callable[[asyncio.Task[None]], None]:
+    def _end_done(self, lane_id: str, *, cancelled: bool) -> Callable[[asyncio.Task[None]], None]:
         def done(task: asyncio.Task[None]) -> None:
             self._background.discard(task)
             error = None if task.cancelled() else task.exception()
             if task.cancelled() or error is not None:
-                log.warning("could not cancel stream %s: %s", request_id, error or "cancelled")
-            else:
-                log.info("stream %s cancelled", request_id)
+                log.warning("could not end stream %s: %s", lane_id, error or "cancelled")
+            elif cancelled:
+                log.info("stream %s cancelled", lane_id)
 
         return done

@@ -145,10 +145,13 @@ class BatchClient:
         self.ledger = ledger
         self.enqueue = enqueue
 
-    def submit(self, tenant: str, options: JobOptions, text: str) -> Job:
-        """Write the job to the ledger and queue its planning. If the queue cannot take it,
-        the job is failed at once (never left queued forever) and UnavailableError raised."""
-        job = self.ledger.create(tenant, options, text)
+    def submit(
+        self, tenant: str, options: JobOptions, text: str, *, max_queued_chars: int | None = None
+    ) -> Job:
+        """Write the job to the ledger (within the tenant's queued-characters quota) and queue
+        its planning. If the queue cannot take it, the job is failed at once (never left
+        queued forever) and UnavailableError raised."""
+        job = self.ledger.create(tenant, options, text, max_queued_chars=max_queued_chars)
         try:
             self.enqueue(PLAN_TASK, job.id)
         except Exception as error:

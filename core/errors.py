@@ -29,10 +29,14 @@ class VoicelaneError(Exception):
     grpc_status: ClassVar[str] = "INTERNAL"
     exit_status: ClassVar[int] = 1
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, field: str | None = None, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(" ".join(message.split()))
         self.field = field
         """The request field the error is about, when there is one (``speed``, ``voice``)."""
+        self.retry_after_s = retry_after_s
+        """When retrying may succeed, in seconds (``Retry-After``; gRPC ``retry-after-ms``)."""
 
     @property
     def message(self) -> str:
@@ -229,6 +233,24 @@ class NoCapacityError(VoicelaneError):
     """Raised when the real-time lane has no free slot for one more stream. Retry shortly."""
 
     code = "no_capacity"
+    http_status = 503
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
+class QuotaExceededError(VoicelaneError):
+    """Raised when a tenant is over one of its quotas: requests per second, characters of
+    queued jobs, concurrent streams. ``retry_after_s`` says when to try again."""
+
+    code = "quota_exceeded"
+    http_status = 429
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
+class StoreFullError(VoicelaneError):
+    """Raised when Redis is at its memory limit: new work is refused (nothing is evicted, no
+    job state is lost) until running work finishes and frees memory."""
+
+    code = "store_full"
     http_status = 503
     grpc_status = "RESOURCE_EXHAUSTED"
 

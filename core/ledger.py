@@ -35,9 +35,13 @@ from typing import Any, cast
 
 import redis
 
-from core.errors import JobNotFoundError
+from core.errors import JobNotFoundError, QuotaExceededError
+from core.redis_clients import sync_client
 
 PREFIX = "vl:"
+QUEUED_CHARS_RETRY_S = 60.0
+"""The retry hint of a submission refused for the queued-characters quota (jobs take about
+this long to move on; there is no exact time to give)."""
 
 
 class JobState(enum.StrEnum):
@@ -217,12 +221,51 @@ redis.call('HSET', KEYS[1], 'state', 'rendering', 'chunks_total', ARGV[2],
 return 1
 """
 
-_FINISH = """
--- KEYS: job, active ; ARGV: id, now, key, size, duration, sha256
-if redis.call('HGET', KEYS[1], 'state') ~= 'assembling' then return 0 end
+# A job that ends gives its characters back to its tenant's queued-characters quota (once:
+# the job's ``queued_chars`` field marks what it holds). ARGV[1] of this snippet's caller is
+# the ledger's key prefix. (The tenant's counter is derived from the job inside the script;
+# voicelane runs on one Redis, not a cluster.)
+_RELEASE_CHARS = """
+local function release_chars(job, prefix)
+  local held = tonumber(redis.call('HGET', job, 'queued_chars') or '0')
+  if held > 0 then
+    local counter = prefix .. 'tenant:' .. redis.call('HGET', job, 'tenant') .. ':queued_chars'
+    if redis.call('DECRBY', counter, held) <= 0 then redis.call('DEL', counter) end
+    redis.call('HDEL', job, 'queued_chars')
+  end
+end
+"""
+
+_FINISH = (
+    _RELEASE_CHARS
+    + """
+-- KEYS: job, active, assembly lease ; ARGV: id, now, key, size, duration, sha256, prefix, owner
+if redis.call('HGET', KEYS[1], 'state') ~= 'assembling' then return 'inactive' end
+if redis.call('GET', KEYS[3]) ~= ARGV[8] then return 'fenced' end
+redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[1], 'state', 'done', 'output_key', ARGV[3], 'size_bytes', ARGV[4],
            'duration_s', ARGV[5], 'sha256', ARGV[6], 'finished_at', ARGV[2], 'updated_at', ARGV[2])
 redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('ZADD', ARGV[7] .. 'jobs:finished', ARGV[2], ARGV[1])
+release_chars(KEYS[1], ARGV[7])
+return 'done'
+"""
+)
+
+# Assembly is leased like a chunk: a short lease renewed while the file is built, so a dead
+# assembler's job is taken over within seconds; only the lease's holder may finish the job.
+_ACQUIRE_ASSEMBLY = """
+-- KEYS: job, lease ; ARGV: owner, ttl_ms
+if redis.call('HGET', KEYS[1], 'state') ~= 'assembling' then return 0 end
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'assembly_started', 1)
+return 1
+"""
+
+_RENEW_LOCK = """
+-- KEYS: lock ; ARGV: owner, ttl_ms
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
@@ -231,15 +274,66 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-_END = """
--- KEYS: job, active ; ARGV: id, now, state, error
+_END = (
+    _RELEASE_CHARS
+    + """
+-- KEYS: job, active ; ARGV: id, now, state, error, prefix
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return -1 end
 if state == 'done' or state == 'failed' or state == 'cancelled' then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[3], 'error', ARGV[4], 'finished_at', ARGV[2],
            'updated_at', ARGV[2])
 redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('ZADD', ARGV[5] .. 'jobs:finished', ARGV[2], ARGV[1])
+release_chars(KEYS[1], ARGV[5])
 return 1
+"""
+)
+
+_RESERVE_CHARS = """
+-- KEYS: counter ; ARGV: characters, limit. 1: reserved; 0: over the limit
+local queued = tonumber(redis.call('GET', KEYS[1]) or '0')
+if queued + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return 0 end
+redis.call('INCRBY', KEYS[1], ARGV[1])
+return 1
+"""
+
+# The fair feed of the render queue. A planned job's chunks wait as "job:n" references in
+# their tenant's list; tenants with waiting chunks form a ring. Taking work rotates the ring
+# and takes one reference per tenant per turn, so tenants alternate whatever their backlog;
+# references of jobs that stopped rendering (cancelled, failed) are dropped on the way.
+_SCHEDULE = """
+-- KEYS: tenant list, ring, ring members ; ARGV: job id, chunks, tenant
+for n = 0, tonumber(ARGV[2]) - 1 do redis.call('RPUSH', KEYS[1], ARGV[1] .. ':' .. n) end
+if redis.call('SADD', KEYS[3], ARGV[3]) == 1 then redis.call('RPUSH', KEYS[2], ARGV[3]) end
+return 1
+"""
+
+_TAKE_FAIR = """
+-- KEYS: ring, ring members ; ARGV: count, prefix
+local out = {}
+local want = tonumber(ARGV[1])
+local budget = want * 64 + 64
+while #out < want and budget > 0 do
+  budget = budget - 1
+  local tenant = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
+  if not tenant then break end
+  local list = ARGV[2] .. 'sched:tenant:' .. tenant
+  local ref = redis.call('LPOP', list)
+  if redis.call('LLEN', list) == 0 then
+    redis.call('LREM', KEYS[1], 0, tenant)
+    redis.call('SREM', KEYS[2], tenant)
+  end
+  if ref then
+    local job, n = string.match(ref, '^(.+):(%d+)$')
+    local key = ARGV[2] .. 'job:' .. job
+    if job and redis.call('HGET', key, 'state') == 'rendering' then
+      redis.call('SADD', key .. ':dispatched', n)
+      out[#out + 1] = ref
+    end
+  end
+end
+return out
 """
 
 
@@ -257,11 +351,18 @@ class Ledger:
         self._save_plan = client.register_script(_SAVE_PLAN)
         self._finish = client.register_script(_FINISH)
         self._end = client.register_script(_END)
+        self._reserve_chars = client.register_script(_RESERVE_CHARS)
+        self._schedule = client.register_script(_SCHEDULE)
+        self._take_fair = client.register_script(_TAKE_FAIR)
         self._release_lock = client.register_script(_RELEASE_LOCK)
+        self._acquire_assembly = client.register_script(_ACQUIRE_ASSEMBLY)
+        self._renew_lock = client.register_script(_RENEW_LOCK)
 
     @classmethod
-    def from_url(cls, url: str) -> Ledger:
-        return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5))
+    def from_url(cls, url: str, *, socket_timeout_s: float = 10.0) -> Ledger:
+        """A ledger on its own connection pool. A front passes a short ``socket_timeout_s``:
+        a paused Redis then fails its requests fast (503) instead of holding them."""
+        return cls(sync_client(url, socket_timeout_s=socket_timeout_s))
 
     # ---------------------------------------------------------------- keys
     def key(self, job_id: str, part: str = "") -> str:
@@ -275,9 +376,45 @@ class Ledger:
         return f"{self.prefix}jobs:active"
 
     # ---------------------------------------------------------------- jobs
-    def create(self, tenant: str, options: JobOptions, text: str) -> Job:
+    def queued_chars_key(self, tenant: str) -> str:
+        return f"{self.prefix}tenant:{tenant}:queued_chars"
+
+    def queued_chars(self, tenant: str) -> int:
+        """Characters of the tenant's unfinished jobs (those created under a quota)."""
+        return int(cast(bytes | None, self.redis.get(self.queued_chars_key(tenant))) or 0)
+
+    def create(
+        self, tenant: str, options: JobOptions, text: str, *, max_queued_chars: int | None = None
+    ) -> Job:
+        """A new job in ``queued``. With ``max_queued_chars``, the tenant's unfinished jobs
+        may hold at most that many characters together (:class:`QuotaExceededError` else);
+        a job gives its characters back when it ends."""
         job_id = uuid.uuid4().hex
         now = time.time()
+        held = 0
+        if max_queued_chars is not None:
+            counter = self.queued_chars_key(tenant)
+            if not self._reserve_chars(keys=[counter], args=[len(text), max_queued_chars]):
+                raise QuotaExceededError(
+                    f"text: the tenant's unfinished jobs would hold more than "
+                    f"{max_queued_chars:,} characters; wait for some to finish",
+                    field="text",
+                    retry_after_s=QUEUED_CHARS_RETRY_S,
+                )
+            held = len(text)
+        try:
+            self._write_job(job_id, tenant, options, text, now=now, held=held)
+        except BaseException:
+            if held:
+                self.redis.decrby(self.queued_chars_key(tenant), held)
+            raise
+        job = self.get(job_id)
+        assert job is not None
+        return job
+
+    def _write_job(
+        self, job_id: str, tenant: str, options: JobOptions, text: str, *, now: float, held: int
+    ) -> None:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(
             self.key(job_id),
@@ -296,15 +433,13 @@ class Ledger:
                 "chunks_total": 0,
                 "chunks_done": 0,
                 "audio_s": 0.0,
+                **({"queued_chars": held} if held else {}),
             },
         )
         pipe.set(self.key(job_id, "text"), text.encode("utf-8"))
         pipe.zadd(self._tenant_key(tenant), {job_id: now})
         pipe.sadd(self._active_key, job_id)
         pipe.execute()
-        job = self.get(job_id)
-        assert job is not None
-        return job
 
     def get(self, job_id: str) -> Job | None:
         raw = cast(Mapping[bytes, bytes], self.redis.hgetall(self.key(job_id)))
@@ -366,14 +501,52 @@ class Ledger:
         return ChunkPlan.from_json(raw)
 
     def finish(
-        self, job_id: str, *, key: str, size_bytes: int, duration_s: float, sha256: str
-    ) -> bool:
-        return bool(
-            self._finish(
-                keys=[self.key(job_id), self._active_key],
-                args=[job_id, time.time(), key, size_bytes, duration_s, sha256],
-            )
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        key: str,
+        size_bytes: int,
+        duration_s: float,
+        sha256: str,
+    ) -> str:
+        """assembling → done, for the holder of the assembly lease only. Returns ``done``,
+        ``inactive`` (cancelled or failed meanwhile) or ``fenced`` (the lease lapsed and
+        another assembler may be at it: leave its file alone)."""
+        outcome = self._finish(
+            keys=[self.key(job_id), self._active_key, self._assembly_key(job_id)],
+            args=[job_id, time.time(), key, size_bytes, duration_s, sha256, self.prefix, owner],
         )
+        return outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+
+    # ---------------------------------------------------------------- assembly lease
+    def _assembly_key(self, job_id: str) -> str:
+        return f"{self.prefix}lock:assemble:{job_id}"
+
+    def acquire_assembly(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        """Lease the job's assembly (it must be ``assembling`` and nobody else at it)."""
+        keys = [self.key(job_id), self._assembly_key(job_id)]
+        ttl_ms = max(1, math.ceil(ttl_s * 1000))
+        return bool(self._acquire_assembly(keys=keys, args=[owner, ttl_ms]))
+
+    def renew_assembly(self, job_id: str, owner: str, ttl_s: float) -> bool:
+        ttl_ms = max(1, math.ceil(ttl_s * 1000))
+        return bool(self._renew_lock(keys=[self._assembly_key(job_id)], args=[owner, ttl_ms]))
+
+    def release_assembly(self, job_id: str, owner: str) -> None:
+        self._release_lock_if_owner(self._assembly_key(job_id), owner)
+
+    def assembly_holder(self, job_id: str) -> str | None:
+        """The worker assembling the job now, if any."""
+        return _s(cast(bytes | None, self.redis.get(self._assembly_key(job_id))))
+
+    def assembly_orphaned(self, job_id: str) -> bool:
+        """An assembler started and its lease lapsed without finishing (it died)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(self.key(job_id), "assembly_started")
+        pipe.exists(self._assembly_key(job_id))
+        started, leased = pipe.execute()
+        return started is not None and not leased
 
     def fail(self, job_id: str, reason: str) -> bool:
         return self._end_job(job_id, JobState.FAILED, reason)
@@ -384,7 +557,7 @@ class Ledger:
     def _end_job(self, job_id: str, state: JobState, reason: str) -> bool:
         result = self._end(
             keys=[self.key(job_id), self._active_key],
-            args=[job_id, time.time(), state.value, " ".join(reason.split())[:500]],
+            args=[job_id, time.time(), state.value, " ".join(reason.split())[:500], self.prefix],
         )
         if result == -1:
             raise JobNotFoundError(f"no job {job_id!r}")
@@ -473,6 +646,37 @@ class Ledger:
     def record_attempt(self, job_id: str, n: int) -> int:
         return int(self.redis.hincrby(self.key(job_id, "attempts"), str(n), 1))
 
+    # ---------------------------------------------------------------- fair feed
+    @property
+    def _ring_keys(self) -> list[str]:
+        return [f"{self.prefix}sched:ring", f"{self.prefix}sched:tenants"]
+
+    def schedule_chunks(self, job_id: str, tenant: str, chunks: int) -> None:
+        """Put the job's chunks in line behind its tenant's other waiting chunks."""
+        self._schedule(
+            keys=[f"{self.prefix}sched:tenant:{tenant}", *self._ring_keys],
+            args=[job_id, chunks, tenant],
+        )
+
+    def take_fair(self, count: int) -> list[tuple[str, int]]:
+        """Up to ``count`` waiting chunks, one per tenant in turn (round robin); each is
+        marked dispatched. Chunks of jobs no longer rendering are dropped on the way."""
+        refs = cast(list[bytes], self._take_fair(keys=self._ring_keys, args=[count, self.prefix]))
+        taken = []
+        for ref in refs:
+            job_id, _, n = ref.decode().rpartition(":")
+            taken.append((job_id, int(n)))
+        return taken
+
+    def waiting_chunks(self, tenant: str) -> int:
+        """Chunks of the tenant's jobs waiting for their turn in the render queue."""
+        return int(self.redis.llen(f"{self.prefix}sched:tenant:{tenant}"))
+
+    def dispatched_chunks(self, job_id: str) -> set[int]:
+        """Chunks handed to the render queue (by the fair feed)."""
+        members = cast(set[bytes], self.redis.smembers(self.key(job_id, "dispatched")))
+        return {int(m) for m in members}
+
     def done_chunks(self, job_id: str) -> set[int]:
         return {int(m) for m in cast(set[bytes], self.redis.smembers(self.key(job_id, "done")))}
 
@@ -513,6 +717,31 @@ class Ledger:
     def _release_lock_if_owner(self, key: str, owner: str) -> None:
         self._release_lock(keys=[key], args=[owner])
 
+    def expired_jobs(self, finished_before: float, limit: int) -> list[str]:
+        """Final jobs that ended before ``finished_before`` (unix s), oldest first."""
+        ids = cast(
+            list[bytes],
+            self.redis.zrangebyscore(
+                f"{self.prefix}jobs:finished", "-inf", finished_before, start=0, num=limit
+            ),
+        )
+        return [i.decode() for i in ids]
+
+    def delete_job(self, job_id: str, tenant: str) -> None:
+        """Forget a final job entirely (retention): its record, bookkeeping and listings."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(
+            self.key(job_id),
+            *(
+                self.key(job_id, part)
+                for part in ("text", "chunks", "started", "fence", "dispatched", "done",
+                             "commits", "attempts")
+            ),
+        )  # fmt: skip
+        pipe.zrem(self._tenant_key(tenant), job_id)
+        pipe.zrem(f"{self.prefix}jobs:finished", job_id)
+        pipe.execute()
+
     def delete_job_data(self, job_id: str) -> None:
         """Drop the bulky per-job keys once a job is final (text, plan, chunk bookkeeping)."""
         self.redis.delete(
@@ -520,6 +749,7 @@ class Ledger:
             self.key(job_id, "chunks"),
             self.key(job_id, "started"),
             self.key(job_id, "fence"),
+            self.key(job_id, "dispatched"),
         )
 
     # ---------------------------------------------------------------- decoding

@@ -13,7 +13,10 @@ Keys (prefix ``vl:rt:``) — this module is the only code that builds them:
   that sees it lapse (and nobody take over) ends the stream with UNAVAILABLE;
 * ``owner:{id}`` — the worker serving the request (only it may append output);
 * ``tenant:{id}`` — the tenant a stream id belongs to: reserved at submission, checked on
-  resume;
+  resume. Stream ids in the lane are the tenant's own ids in the tenant's namespace
+  (:func:`lane_request_id`): two tenants may use the same id, and neither can tell;
+* ``tenant-streams:{tenant}`` — the tenant's open streams (sorted set, scored by deadline),
+  for its concurrent-streams quota;
 * ``workers`` — hash: worker → ``{"free": slots, "ts": unix seconds}``, for admission control;
 * ``vl:engine:{engine}`` — the engine's capabilities (voices, speed range) as its workers
   publish them, for the fronts' request rules (:mod:`core.rules`).
@@ -45,6 +48,7 @@ import redis
 import redis.asyncio as aredis
 
 from core.audio.stream import StreamEncoding
+from core.redis_clients import async_client, sync_client
 from core.rules import EngineCapabilities
 from core.settings import RealtimeSettings
 
@@ -81,6 +85,29 @@ def owner_key(request_id: str) -> str:
 
 def tenant_key(request_id: str) -> str:
     return f"{PREFIX}tenant:{request_id}"
+
+
+def tenant_streams_key(tenant: str) -> str:
+    return f"{PREFIX}tenant-streams:{tenant}"
+
+
+def lane_request_id(tenant: str, request_id: str) -> str:
+    """The id of a tenant's stream in the lane: its own id in the tenant's namespace (both are
+    letters, digits, ``_`` and ``-``, so the ``.`` between them is unambiguous)."""
+    return f"{tenant}.{request_id}"
+
+
+# A tenant's open streams: refuse one more when it holds ``limit`` unexpired ones.
+# KEYS: tenant streams ; ARGV: request id, until (unix ms), now (unix ms), limit
+_HOLD_TENANT_SLOT = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1
+"""
 
 
 # Append to a request's output only while this worker owns the request: a worker that was
@@ -298,14 +325,36 @@ class RealtimeClient:
     def __init__(self, client: aredis.Redis, settings: RealtimeSettings | None = None) -> None:
         self.redis = client
         self.settings = settings or RealtimeSettings()
+        self._hold_tenant_slot = client.register_script(_HOLD_TENANT_SLOT)
 
     @classmethod
-    def from_url(cls, url: str, settings: RealtimeSettings | None = None) -> RealtimeClient:
-        client = aredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
-        return cls(client, settings)
+    def from_url(
+        cls, url: str, settings: RealtimeSettings | None = None, *, socket_timeout_s: float = 3.0
+    ) -> RealtimeClient:
+        """A client on its own pool. The socket timeout bounds how long a front waits on a
+        Redis that stopped answering (its blocking reads wait far less: ``block_ms``)."""
+        return cls(async_client(url, socket_timeout_s=socket_timeout_s), settings)
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+    async def hold_tenant_slot(
+        self, tenant: str, request_id: str, *, until_ms: int, limit: int
+    ) -> bool:
+        """Count one more open stream for ``tenant`` until ``until_ms`` (its deadline) or
+        :meth:`release_tenant_slot`; False when the tenant already holds ``limit``."""
+        held = await self._hold_tenant_slot(
+            keys=[tenant_streams_key(tenant)], args=[request_id, until_ms, now_ms(), limit]
+        )
+        return bool(held)
+
+    async def release_tenant_slot(self, tenant: str, request_id: str) -> None:
+        await self.redis.zrem(tenant_streams_key(tenant), request_id)
+
+    async def tenant_streams(self, tenant: str) -> int:
+        """The tenant's open streams (unexpired)."""
+        key = tenant_streams_key(tenant)
+        return int(await self.redis.zcount(key, now_ms(), "+inf"))
 
     async def reserve(self, request_id: str, tenant: str, ttl_s: int) -> bool:
         """Reserve ``request_id`` for ``tenant`` (False: the id is taken)."""
@@ -361,7 +410,14 @@ class RealtimeClient:
         return bool(await self.redis.exists(heartbeat_key(request_id)))
 
     async def capacity(self) -> int:
-        """Free real-time slots of live workers minus requests not yet picked up."""
+        """Free real-time slots of live workers minus requests not yet picked up.
+
+        Only facts that survive a Redis restart count: the workers' fresh capacity reports
+        and the entries past the group's last delivered id. (The group's ``lag`` does not:
+        after Redis replays its append-only file, ``entries-read`` comes back as of the last
+        AOF rewrite, and the lag stays high on an empty stream — it would refuse every
+        stream forever.)
+        """
         raw = cast(dict[bytes, bytes], await self.redis.hgetall(WORKERS))
         fresh_after = time.time() - self.settings.worker_ttl_s
         free = 0
@@ -369,7 +425,9 @@ class RealtimeClient:
             report = json.loads(value)
             if report["ts"] >= fresh_after:
                 free += int(report["free"])
-        return free - await self._backlog()
+        if free <= 0:
+            return free
+        return free - await self._backlog(limit=free)
 
     async def capabilities(self, engine: str) -> EngineCapabilities | None:
         """What the workers of ``engine`` published; None if none did yet. Raises ValueError
@@ -380,24 +438,19 @@ class RealtimeClient:
     async def ping(self) -> None:
         await self.redis.ping()
 
-    async def _backlog(self) -> int:
+    async def _backlog(self, *, limit: int) -> int:
+        """Requests queued but not yet delivered to a worker, counted up to ``limit``."""
         try:
             groups = await self.redis.xinfo_groups(REQUESTS)
         except redis.ResponseError:
             return 0
         for group in groups:
-            name = group.get("name")
-            if name in (GROUP, GROUP.encode()):
-                lag = group.get("lag")
-                if lag is not None:
-                    return int(lag)
-                # Redis cannot compute the lag after deletions (trims): count what lies
-                # beyond the last delivered entry instead (bounded: it is a backlog).
+            if group.get("name") in (GROUP, GROUP.encode()):
                 last = group.get("last-delivered-id", b"0-0")
                 last_id = last.decode() if isinstance(last, bytes) else str(last)
-                waiting = await self.redis.xrange(REQUESTS, min=f"({last_id}", count=1000)
+                waiting = await self.redis.xrange(REQUESTS, min=f"({last_id}", count=limit)
                 return len(waiting or [])
-        return 0
+        return 0  # no group: no worker ever started (and none reports capacity)
 
 
 # ------------------------------------------------------------------------ workers (threads)
@@ -418,11 +471,7 @@ class RealtimeWorkerClient:
     def from_url(
         cls, url: str, consumer: str, settings: RealtimeSettings | None = None
     ) -> RealtimeWorkerClient:
-        return cls(
-            redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5),
-            consumer,
-            settings,
-        )
+        return cls(sync_client(url, socket_timeout_s=10.0), consumer, settings)
 
     def ensure_group(self) -> None:
         try:

@@ -48,12 +48,16 @@ class RedisServer:
         host: str = "127.0.0.1",
         password: str | None = None,
         executable: str = "redis-server",
+        maxmemory_bytes: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port()
         self.password = password
         self.executable = executable
+        self.maxmemory_bytes = maxmemory_bytes
+        """Redis's memory budget: past it, writes are refused (``noeviction``): new work is
+        turned away with a clear error, job state is never evicted."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -82,6 +86,8 @@ class RedisServer:
         ]  # fmt: skip
         if self.password:
             args += ["--requirepass", self.password]
+        if self.maxmemory_bytes is not None:
+            args += ["--maxmemory", str(self.maxmemory_bytes)]
         return args
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
@@ -117,6 +123,15 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self.running and self._process is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status once it exited (reaping it); None while it runs or before start."""
+        return self._process.poll() if self._process is not None else None
 
     @property
     def running(self) -> bool:

@@ -28,7 +28,13 @@ from core.errors import (
     UnsupportedFormatError,
 )
 from core.text import has_speakable_text
-from core.text_input import BINARY_CONTROL_RATIO, BOM, CONTROL_CHARS, check_text
+from core.text_input import (
+    BINARY_CONTROL_RATIO,
+    BOM,
+    CONTROL_CHARS,
+    check_encodable,
+    check_text,
+)
 
 DEFAULT_VOICE = "auto"
 """Every engine's default voice: the engine picks by the text's script."""
@@ -210,6 +216,18 @@ def check_speech_options(
     )
 
 
+MAX_CLIENT_TS_MS = 2**63 - 1
+
+
+def check_client_ts_ms(client_ts_ms: int, *, field: str = "client_ts_ms") -> int:
+    """A client's own timestamp, echoed back: any unix ms an int64 can carry, not negative."""
+    if not 0 <= client_ts_ms <= MAX_CLIENT_TS_MS:
+        raise InvalidInputError(
+            f"{field} must be from 0 to {MAX_CLIENT_TS_MS} (unix milliseconds)", field=field
+        )
+    return client_ts_ms
+
+
 def check_request_id(request_id: str, *, field: str = "request_id") -> str:
     if not _REQUEST_ID.match(request_id):
         raise InvalidInputError(
@@ -231,6 +249,7 @@ class ConversationText:
     def accept(self, delta: str) -> str:
         """The delta to speak (control characters removed); raises on binary or too much."""
         field = self.field
+        check_encodable(delta, source=field, field=field)
         if "\x00" in delta:
             raise InvalidInputError(
                 f"{field} looks binary (NUL character); expected text", field=field

@@ -6,9 +6,10 @@ Nested fields use ``__``: ``VOICELANE_BATCHER__MAX_BATCH=32``. Every field is do
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.errors import ConfigError
 from core.rules import DEFAULT_SAMPLE_RATE_HZ, DEFAULT_VOICE
 from core.storage import StorageSettings
 
@@ -60,6 +61,9 @@ class RealtimeSettings(BaseModel):
     """Deadline of a stream whose client set none."""
     cancel_ttl_s: float = Field(300.0, gt=0)
     """A cancel mark is kept this long (longer than any worker could still be serving)."""
+    max_deadline_s: float = Field(3600.0, gt=0)
+    """A stream's deadline is capped at this (a client may ask for more): it bounds how long
+    anything of a stream is kept, and how long a stream left open holds its tenant's slot."""
 
 
 class EmbeddedSettings(BaseSettings):
@@ -89,6 +93,10 @@ class ServiceSettings(BaseSettings):
     )
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_maxmemory_bytes: int = Field(1024**3, ge=16 * 1024**2)
+    """The memory budget of a Redis that voicelane starts itself (``voicelane up``,
+    ``voicelane redis``); past it Redis refuses writes (``noeviction``) and new work gets
+    503 / RESOURCE_EXHAUSTED. The budget is sized in docs/operations.md."""
     dev_mode: bool = False
     """Allows built-in development secrets (API key, Flower password). Never in production."""
     engine: str = "espeak"
@@ -108,8 +116,43 @@ class ServiceSettings(BaseSettings):
     reconcile_interval_s: float = Field(2.0, gt=0)
     callback_timeout_s: float = Field(5.0, gt=0)
     callback_max_attempts: int = Field(5, ge=1)
+    callback_signing_secret: str | None = None
+    """Master secret of the callback signatures (each tenant's secret is derived from it);
+    required for callbacks unless dev_mode. See docs/security.md."""
+    callback_allow: str = ""
+    """Comma-separated hosts and networks (CIDR) callbacks may reach even though they are
+    private, loopback or link-local (an operator's own receivers); empty: none."""
+
+    @field_validator("callback_allow")
+    @classmethod
+    def _allow_list_parses(cls, value: str) -> str:
+        from core.callbacks import AllowList
+
+        try:
+            AllowList.parse(value)
+        except ConfigError as error:
+            raise ValueError(error.message) from None
+        return value
+
     max_stream_text_chars: int = Field(20_000, ge=1)
     """Longest text one real-time stream may speak (in total, for Converse)."""
+    tenant_requests_per_s: float = Field(20.0, gt=0)
+    """Submissions (jobs and streams, every front together) a tenant may make per second,
+    sustained; over it: 429 / RESOURCE_EXHAUSTED with a retry hint."""
+    tenant_request_burst: int = Field(40, ge=1)
+    """...and in one burst."""
+    tenant_max_queued_chars: int = Field(5_000_000, ge=1)
+    """Characters of a tenant's unfinished jobs, together (5 M characters are about 90 hours
+    of speech): bounds what one tenant can put in Redis."""
+    tenant_max_streams: int = Field(16, ge=1)
+    """Real-time streams one tenant may hold open at once (every front together)."""
+    job_retention_s: float = Field(30 * 24 * 3600.0, gt=0)
+    """A job that ended is forgotten this long after: its record and its files (the
+    reconciler sweeps them). Its id then answers 404."""
+    render_queue_target: int = Field(16, ge=1)
+    """Chunks kept waiting in the ``render`` queue; the rest wait in per-tenant lists and are
+    fed in turn (round robin over tenants). Keep it about the number of render threads of
+    all GPU workers: higher keeps GPUs busier, lower lets a new tenant in sooner."""
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     """Object storage (its own variables: ``VOICELANE_STORAGE_*``, see docs/storage.md)."""
@@ -141,7 +184,16 @@ class ApiSettings(ServiceSettings):
     api_keys: str | None = None
     """``tenant:key,tenant:key``; required unless dev_mode (then ``demo:demo-key``)."""
     max_upload_bytes: int = Field(8 * 1024 * 1024, ge=1)
+    """Largest job body (JSON or upload); bigger bodies are refused while they stream in."""
     page_size_max: int = Field(100, ge=1)
+    websocket_auth_timeout_s: float = Field(5.0, gt=0)
+    """A WebSocket must send its request (and key) within this, or it is closed."""
+    websocket_max_per_address: int = Field(32, ge=1)
+    """Open WebSockets per client address (this API process); more are closed at once."""
+    websocket_max_connections: int = Field(2000, ge=1)
+    """Open WebSockets in this API process, all clients together."""
+    metrics_token: str | None = None
+    """Bearer token for ``/metrics``; unset: ``/metrics`` is open in dev mode only."""
 
 
 class FlowerSettings(ServiceSettings):

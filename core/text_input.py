@@ -6,6 +6,8 @@ Rules, in order:
 * a NUL byte, or more than 1% control characters, → "input looks binary": speech engines
   expect text, and a binary file read as text is almost always a mistake;
 * invalid UTF-8 → the offset of the first bad byte (a UTF-8 byte-order mark is dropped);
+  text that arrived decoded (JSON) with a lone surrogate (``"\ud800"``) cannot be stored
+  or spoken either → its offset;
 * the remaining control characters (other than tab, line feed, carriage return, form feed,
   vertical tab) are removed: they cannot be spoken;
 * only whitespace → "input has no text to speak";
@@ -47,8 +49,22 @@ def decode_text(
     return check_text(text, max_chars=max_chars, source=source, field=field)
 
 
+def check_encodable(text: str, *, source: str = "text", field: str | None = None) -> str:
+    """``text`` unless it holds a lone surrogate (JSON's ``"\ud800"``), which no UTF-8 store
+    or engine can take: then InvalidInputError with its offset."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidInputError(
+            f"{source} is not valid Unicode (a lone surrogate at offset {error.start})",
+            field=field,
+        ) from None
+    return text
+
+
 def check_text(text: str, *, max_chars: int, source: str = "text", field: str | None = None) -> str:
     """The same checks for text that arrived already decoded (JSON, command line)."""
+    check_encodable(text, source=source, field=field)
     text = text.removeprefix(BOM)
     controls = len(CONTROL_CHARS.findall(text))
     if "\x00" in text or (controls and controls > BINARY_CONTROL_RATIO * len(text)):

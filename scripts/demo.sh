@@ -19,7 +19,12 @@ else
         if ! kill -0 $! 2>/dev/null; then echo "the stack failed to start:"; tail -20 out/stack.log; exit 1; fi
         sleep 0.2
     done
-    ready || { echo "the stack did not become ready"; tail -20 out/stack.log; exit 1; }
+    if ! ready; then
+        # `up` supervises its processes and keeps retrying: stop it rather than leave it behind.
+        echo "the stack did not become ready:"; tail -20 out/stack.log
+        kill "$(cat "$pidfile" 2>/dev/null || echo $!)" 2>/dev/null || true
+        exit 1
+    fi
 fi
 export VOICELANE_API_KEY=${VOICELANE_API_KEY:-demo-key}
 echo "== batch lane: the sample text as a job over REST"

@@ -7,8 +7,11 @@ Callers on any thread submit utterances and get back a :class:`~concurrent.futur
 Rules (DESIGN.md, "The dynamic batcher"):
 
 * Two priority classes, ``realtime`` and ``batch``. The head of the next batch is the oldest
-  real-time item if there is one, else the oldest batch item. The batch is that head's batch
-  key's real-time items (oldest first), topped up with batch items of the same key.
+  real-time item if there is one, else a batch item chosen fairly between *groups* (the
+  batch lane passes the tenant): the oldest item of the group served longest ago, so one
+  tenant's thousands of queued sentences do not stand in front of another tenant's few.
+  The batch is that head, then the same batch key's other real-time items (oldest first),
+  topped up with batch items of the same key.
 * A batch starts when it is full (``max_batch`` items, or ``max_batch_cost`` total cost, the
   cost of an item being its text length) or when its head has waited its class's
   ``max_wait``; the timer starts when the head was submitted. While a real-time item is
@@ -38,7 +41,7 @@ import math
 import queue
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -176,6 +179,8 @@ class _Item:
     cost: int
     submitted_at: float
     deadline_s: float | None
+    group: str = ""
+    """Who the item is for (the tenant): batch-class heads go round the groups."""
     future: Future[PcmF32] | None = None
     stream: AudioStream | None = None
     chunks: list[PcmF32] = field(default_factory=list)
@@ -306,6 +311,11 @@ class Batcher:
         # other) caps the batch: bigger batches would only make real-time items wait longer.
         self.max_batch = min(self.config.max_batch, engine.max_batch or self.config.max_batch)
         self._effective_max = self.max_batch
+        self._served: dict[str, int] = {}
+        """Batch-class groups (tenants) → the turn they were last served in."""
+        self._turn = 0
+        self._batch_groups: Counter[str] = Counter()
+        """Batch-class items queued per group: with one group, the head is just the oldest."""
         self._successes = 0
         self._earliest_deadline: float | None = None
         self._cancel_pending = False
@@ -358,10 +368,12 @@ class Batcher:
         *,
         priority: Priority = Priority.BATCH,
         deadline_s: float | None = None,
+        group: str = "",
     ) -> Future[PcmF32]:
-        """Queue a whole-utterance render. ``deadline_s`` is absolute, on :attr:`clock`."""
+        """Queue a whole-utterance render. ``deadline_s`` is absolute, on :attr:`clock`;
+        ``group`` (the tenant) makes the batch class fair between groups."""
         future: Future[PcmF32] = Future()
-        item = self._make_item(utterance, priority, deadline_s)
+        item = self._make_item(utterance, priority, deadline_s, group)
         item.future = future
         future.add_done_callback(self._on_future_done)
         self._enqueue(item)
@@ -375,7 +387,7 @@ class Batcher:
         deadline_s: float | None = None,
     ) -> AudioStream:
         """Queue a streamed render: chunks arrive on the returned stream as they are made."""
-        item = self._make_item(utterance, priority, deadline_s)
+        item = self._make_item(utterance, priority, deadline_s, "")
         item.stream = AudioStream(on_cancel=self._note_cancel)
         self._enqueue(item)
         return item.stream
@@ -416,7 +428,7 @@ class Batcher:
             )
 
     def _make_item(
-        self, utterance: Utterance, priority: Priority, deadline_s: float | None
+        self, utterance: Utterance, priority: Priority, deadline_s: float | None, group: str
     ) -> _Item:
         self.engine.validate(utterance)  # permanent errors surface here, on the caller's thread
         return _Item(
@@ -426,6 +438,7 @@ class Batcher:
             cost=max(1, len(utterance.text)),
             submitted_at=self.clock(),
             deadline_s=deadline_s,
+            group=group,
         )
 
     def _enqueue(self, item: _Item) -> None:
@@ -433,6 +446,8 @@ class Batcher:
             if self._closing:
                 raise ShuttingDownError(f"{self._name} is shutting down")
             self._queues[item.priority].append(item)
+            if item.priority is Priority.BATCH:
+                self._batch_groups[item.group] += 1
             if item.deadline_s is not None and (
                 self._earliest_deadline is None or item.deadline_s < self._earliest_deadline
             ):
@@ -502,6 +517,7 @@ class Batcher:
             items = [item for q in self._queues.values() for item in q]
             for q in self._queues.values():
                 q.clear()
+            self._batch_groups.clear()
         for item in items:
             item.fail(error)
 
@@ -522,9 +538,11 @@ class Batcher:
                         self._plan = None
                         self._wait(None)
                         continue
-                    head_queue = queues[Priority.REALTIME] or queues[Priority.BATCH]
-                    head = head_queue[0]
-                    batch, full = self._collect(head.key)
+                    if queues[Priority.REALTIME]:
+                        head = queues[Priority.REALTIME][0]
+                    else:
+                        head = self._fair_batch_head(queues[Priority.BATCH])
+                    batch, full = self._collect(head)
                     due_at = head.submitted_at + max_wait_s(self.config, head.priority)
                     if full or now >= due_at or self._closing:
                         self._take(batch)
@@ -567,17 +585,41 @@ class Batcher:
                     ):
                         earliest = item.deadline_s
             self._queues[priority] = kept
+        self._batch_groups = Counter(item.group for item in self._queues[Priority.BATCH])
         self._earliest_deadline = earliest
 
-    def _collect(self, key: Hashable) -> tuple[list[_Item], bool]:
-        """The batch for ``key``: real-time items first, then batch items; and whether full."""
+    def _fair_batch_head(self, queue: deque[_Item]) -> _Item:
+        """The oldest batch item of the group served longest ago (a group never served goes
+        first): round robin between groups, FIFO within one. One pass over the queue, cut
+        short by the first group never served."""
+        if len(self._batch_groups) <= 1:
+            return queue[0]
+        served = self._served
+        firsts: dict[str, _Item] = {}
+        for item in queue:
+            if item.group in firsts:
+                continue
+            if item.group not in served:
+                return item
+            firsts[item.group] = item
+        if len(firsts) == 1:
+            return queue[0]
+        self._served = {g: served[g] for g in firsts}  # forget groups that left
+        return firsts[min(firsts, key=served.__getitem__)]
+
+    def _collect(self, head: _Item) -> tuple[list[_Item], bool]:
+        """The batch of ``head``: it, then its key's real-time items, then its key's batch
+        items; and whether it is full."""
         limit = self._effective_max
         cost_limit = self.config.max_batch_cost
-        batch: list[_Item] = []
-        cost = 0
+        key = head.key
+        batch: list[_Item] = [head]
+        cost = head.cost
+        if len(batch) >= limit or (cost_limit is not None and cost >= cost_limit):
+            return batch, True
         for priority in (Priority.REALTIME, Priority.BATCH):
             for item in self._queues[priority]:
-                if item.key != key:
+                if item.key != key or item is head:
                     continue
                 if cost_limit is not None and batch and cost + item.cost > cost_limit:
                     return batch, True
@@ -588,6 +630,11 @@ class Batcher:
         return batch, False
 
     def _take(self, batch: list[_Item]) -> None:
+        for item in batch:
+            if item.priority is Priority.BATCH:
+                self._served[item.group] = self._turn
+                self._count_out(item)
+        self._turn += 1
         for priority, q in self._queues.items():
             mine = {id(item) for item in batch if item.priority is priority}
             while q and id(q[0]) in mine:  # the common case: the batch is a prefix
@@ -595,11 +642,21 @@ class Batcher:
             if mine:
                 self._queues[priority] = deque(item for item in q if id(item) not in mine)
 
+    def _count_out(self, item: _Item) -> None:
+        left = self._batch_groups[item.group] - 1
+        if left > 0:
+            self._batch_groups[item.group] = left
+        else:
+            del self._batch_groups[item.group]
+
     def _requeue_front(self, items: list[_Item]) -> None:
         with self._lock:
             for priority in (Priority.BATCH, Priority.REALTIME):
                 mine = [item for item in items if item.priority is priority]
                 self._queues[priority].extendleft(reversed(mine))
+            for item in items:
+                if item.priority is Priority.BATCH:
+                    self._batch_groups[item.group] += 1
             self._last_submitted = next(self._submitted)
 
     def _execute(self, candidates: list[_Item]) -> None:

@@ -7,8 +7,9 @@ too. Each function is idempotent — safe to run twice, or after a crash half-wa
 * ``render_chunk`` leases the chunk (fencing token), skips it when already committed, stores
   its audio under a deterministic key and commits with its token; only the commit that
   completes the job returns ``assemble``;
-* ``assemble_job`` runs under a lock, only for a job in ``assembling``, and the ledger moves
-  it to ``done`` only after the upload was verified.
+* ``assemble_job`` runs under a lease (renewed while it works, lapsing within seconds if its
+  worker dies), only for a job in ``assembling``, and the ledger moves it to ``done`` only
+  after the upload was verified, and only for the lease's holder.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import logging
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +26,22 @@ import httpx
 import numpy as np
 
 from core.audio import AudioFormat, float_to_int16, int16_to_float, open_writer
-from core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, NOTIFY_TASK, RENDER_CHUNK_TASK, Enqueue
-from core.errors import CallbackError, is_permanent
+from core.batch_lane import (
+    ASSEMBLE_TASK,
+    CLEANUP_TASK,
+    NOTIFY_TASK,
+    RENDER_CHUNK_TASK,
+    RENDER_QUEUE,
+    Enqueue,
+)
+from core.callbacks import AllowList, master_secret, tenant_secret
+from core.errors import CallbackError, ConfigError, InvalidInputError, is_permanent
 from core.ledger import ChunkPlan, Job, JobState, Ledger, job_summary
 from core.settings import ServiceSettings
 from core.storage import Storage
 from core.text import Segment, contains_cjk, split_sentences
 from workers.batcher import Batcher, Priority
+from workers.callbacks import callback_client, post_callback
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +122,8 @@ def plan_chunks(text: str, settings: ServiceSettings) -> list[ChunkPlan]:
 
 
 def plan_job(ctx: JobContext, job_id: str) -> int:
-    """queued → planning → rendering; enqueues one render task per chunk. Returns chunks."""
+    """queued → planning → rendering; the chunks wait their turn in the tenant's line and the
+    render queue is fed (:func:`feed_render_queue`). Returns chunks."""
     ledger = ctx.ledger
     job = ledger.get(job_id)
     if job is None or job.state not in (JobState.QUEUED, JobState.PLANNING):
@@ -123,26 +135,42 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
         return 0
     if not ledger.save_plan(job_id, chunks):
         return 0  # cancelled while planning
-    for n in range(len(chunks)):
-        ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
+    ledger.schedule_chunks(job_id, job.tenant, len(chunks))
     log.info("job %s planned: %d chunks", job_id, len(chunks))
+    feed_render_queue(ctx)
     return len(chunks)
+
+
+def feed_render_queue(ctx: JobContext) -> int:
+    """Top the ``render`` queue up to ``render_queue_target`` waiting chunks, taken from the
+    tenants' lines in turn (:meth:`core.ledger.Ledger.take_fair`), so one tenant's backlog
+    never stands between another tenant's job and the GPUs. Called after planning, after
+    every chunk, and by the reconciler. Returns the chunks enqueued."""
+    room = ctx.settings.render_queue_target - ctx.ledger.queue_length(RENDER_QUEUE)
+    if room <= 0:
+        return 0
+    taken = ctx.ledger.take_fair(room)
+    for job_id, n in taken:
+        ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
+    return len(taken)
 
 
 # ---------------------------------------------------------------------------- rendering
 
 
 class LeaseKeeper:
-    """Renews the leases of the chunks this process is rendering, every ttl/3.
+    """Renews the leases this process holds — chunks it renders, jobs it assembles — every
+    ttl/3.
 
     If the process dies, renewals stop and each lease lapses after ``ttl_s``: the
-    reconciler then gives the chunk to another worker.
+    reconciler then gives the work to another worker.
     """
 
     def __init__(self, ledger: Ledger, ttl_s: float) -> None:
         self.ledger = ledger
         self.ttl_s = ttl_s
         self._held: dict[tuple[str, int], int] = {}
+        self._assemblies: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
@@ -156,6 +184,14 @@ class LeaseKeeper:
         with self._lock:
             self._held.pop((job_id, n), None)
 
+    def hold_assembly(self, job_id: str, owner: str) -> None:
+        with self._lock:
+            self._assemblies[job_id] = owner
+
+    def drop_assembly(self, job_id: str) -> None:
+        with self._lock:
+            self._assemblies.pop(job_id, None)
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
@@ -164,12 +200,19 @@ class LeaseKeeper:
         while not self._stop.wait(self.ttl_s / 3):
             with self._lock:
                 held = list(self._held.items())
+                assemblies = list(self._assemblies.items())
             for (job_id, n), token in held:
                 try:
                     if not self.ledger.renew_chunk(job_id, n, token, self.ttl_s):
                         log.warning("lost the lease of job %s chunk %d", job_id, n)
                 except Exception:
                     log.exception("could not renew the lease of job %s chunk %d", job_id, n)
+            for job_id, owner in assemblies:
+                try:
+                    if not self.ledger.renew_assembly(job_id, owner, self.ttl_s):
+                        log.warning("lost the assembly lease of job %s", job_id)
+                except Exception:
+                    log.exception("could not renew the assembly lease of job %s", job_id)
 
 
 def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
@@ -212,7 +255,16 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
         ctx.enqueue(ASSEMBLE_TASK, job_id)
     elif outcome == "inactive":  # cancelled or failed meanwhile: do not leave the part behind
         ctx.storage.delete(key)
+    _feed_quietly(ctx)
     return outcome
+
+
+def _feed_quietly(ctx: JobContext) -> None:
+    """Feed the render queue after a chunk; a failure here is the reconciler's to catch up."""
+    try:
+        feed_render_queue(ctx)
+    except Exception:
+        log.exception("could not feed the render queue")
 
 
 def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
@@ -236,6 +288,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
             pause_after_last=not plan.last,
             priority=Priority.BATCH,
             deadline_s=deadline_s,
+            group=job.tenant,
         )
     ]
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
@@ -250,10 +303,11 @@ def assemble_job(ctx: JobContext, job_id: str) -> bool:
     job = ledger.get(job_id)
     if job is None or job.state is not JobState.ASSEMBLING:
         return False
-    lock = f"assemble:{job_id}"
-    lock_ttl_s = max(60.0, ctx.settings.render_time_limit_s)
-    if not ledger.acquire_lock(lock, ctx.worker_name, lock_ttl_s):
+    owner = ctx.worker_name
+    if not ledger.acquire_assembly(job_id, owner, ctx.settings.lease_ttl_s):
         return False
+    if ctx.leases is not None:
+        ctx.leases.hold_assembly(job_id, owner)
     try:
         fmt = AudioFormat(job.options.format)
         with tempfile.TemporaryDirectory(prefix="voicelane-assemble-") as tmp:
@@ -265,21 +319,27 @@ def assemble_job(ctx: JobContext, job_id: str) -> bool:
                     if n % 16 == 15:
                         ledger.touch(job_id)
             stored = ctx.storage.upload_file(output_key(job), path, content_type=fmt.mime_type)
-        finished = ledger.finish(
+        outcome = ledger.finish(
             job_id,
+            owner=owner,
             key=stored.key,
             size_bytes=stored.size_bytes,
             duration_s=writer.duration_s,
             sha256=stored.sha256,
         )
-        if not finished:  # cancelled while assembling: the file must not outlive the job
+        if outcome == "inactive":  # cancelled while assembling: the file must not outlive it
             ctx.storage.delete(stored.key)
+            return False
+        if outcome == "fenced":  # our lease lapsed: another assembler owns the job now
+            log.warning("job %s: assembly lease lost; leaving the job to its new assembler", job_id)
             return False
         _after_final(ctx, job_id, job.options.callback_url)
         log.info("job %s done: %.1f s of audio", job_id, writer.duration_s)
         return True
     finally:
-        ledger.release_lock(lock, ctx.worker_name)
+        if ctx.leases is not None:
+            ctx.leases.drop_assembly(job_id)
+        ledger.release_assembly(job_id, owner)
 
 
 # ---------------------------------------------------------------------------- endings
@@ -312,22 +372,63 @@ def cleanup_job(ctx: JobContext, job_id: str) -> int:
     return removed
 
 
+def sweep_expired_jobs(ctx: JobContext, *, now: float | None = None, limit: int = 100) -> int:
+    """Forget up to ``limit`` jobs that ended more than ``job_retention_s`` ago: their files
+    first, then their records. Returns the jobs forgotten."""
+    now = time.time() if now is None else now
+    ledger = ctx.ledger
+    forgotten = 0
+    for job_id in ledger.expired_jobs(now - ctx.settings.job_retention_s, limit):
+        job = ledger.get(job_id)
+        if job is not None:
+            ctx.storage.delete_prefix(f"{job.tenant}/{job.id}/")
+            ledger.delete_job(job_id, job.tenant)
+        else:
+            ledger.delete_job(job_id, "-")
+        forgotten += 1
+    if forgotten:
+        log.info("retention: forgot %d jobs", forgotten)
+    return forgotten
+
+
 def notify_job(ctx: JobContext, job_id: str, *, client: httpx.Client | None = None) -> int:
-    """POST the final job to its callback URL. Returns the HTTP status; raises to retry."""
+    """POST the final job to its callback URL, signed with the tenant's secret
+    (:mod:`core.callbacks`), through the guarded client (:mod:`workers.callbacks`). Returns
+    the HTTP status, or 0 when nothing was sent; raises CallbackError to retry (unreachable,
+    5xx, 429). A destination that may not be reached is permanent: logged, never retried."""
     job = ctx.ledger.get(job_id)
     if job is None or not job.options.callback_url or not job.state.final:
         return 0
-    body = json.dumps({"job": job_summary(job)}, separators=(",", ":"))
-    own = client is None
-    http = client or httpx.Client(timeout=ctx.settings.callback_timeout_s)
-    try:
-        response = http.post(
-            job.options.callback_url,
-            content=body,
-            headers={"content-type": "application/json", "user-agent": "voicelane"},
+    settings = ctx.settings
+    master = master_secret(settings.callback_signing_secret, dev_mode=settings.dev_mode)
+    if master is None:
+        log.warning(
+            "callback of job %s not sent: callbacks are off (no VOICELANE_CALLBACK_SIGNING_SECRET)",
+            job_id,
         )
+        return 0
+    body = json.dumps({"job": job_summary(job)}, separators=(",", ":")).encode()
+    own = client is None
+    try:
+        http = client or callback_client(
+            AllowList.parse(settings.callback_allow), settings.callback_timeout_s
+        )
+    except ConfigError as error:
+        log.warning("callback of job %s not sent: %s", job_id, error)
+        return 0
+    try:
+        response = post_callback(
+            http,
+            job.options.callback_url,
+            body,
+            secret=tenant_secret(master, job.tenant),
+            job_id=job.id,
+        )
+    except InvalidInputError as refused:
+        log.warning("callback of job %s refused, not retried: %s", job_id, refused)
+        return 0
     except httpx.HTTPError as error:
-        raise CallbackError(f"callback to {job.options.callback_url} failed: {error}") from None
+        raise CallbackError(f"callback of job {job_id} failed: {_one_line(error)}") from None
     finally:
         if own:
             http.close()

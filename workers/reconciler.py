@@ -5,14 +5,19 @@ makes one of them do each turn. Every ``reconcile_interval_s`` it looks at each 
 
 * ``rendering``: chunks a worker started whose lease lapsed without a commit (the worker
   died) are re-enqueued at once; if the job made no progress for ``stall_timeout_s``, every
-  unfinished chunk is re-enqueued (a message lost with a restarted Redis);
+  unfinished chunk that was dispatched to the render queue is re-enqueued (a message lost
+  with a restarted Redis) — chunks still waiting their turn in their tenant's line are not
+  lost, and stay in line;
 * ``queued`` / ``planning`` stalled: ``plan`` is enqueued again;
-* ``assembling`` stalled: ``assemble`` is enqueued again.
+* ``assembling``: when its assembler died (its lease lapsed) ``assemble`` is enqueued again at
+  once; when it stalled (a lost message), too.
 
-Duplicates are harmless: every task is idempotent (leases, the ``done`` set, the assembly
-lock). ``Ledger.requeue_once`` keeps a re-enqueued item from being re-enqueued again while
-its message is still waiting in the queue.
-"""
+Each pass also forgets jobs past their retention (``job_retention_s``: records and files,
+:func:`workers.jobs.sweep_expired_jobs`) and feeds the render queue
+(:func:`workers.jobs.feed_render_queue`), in case no chunk finished to do it. Duplicates are
+harmless: every task is idempotent (leases, the ``done`` set, the assembly lease).
+``Ledger.requeue_once`` keeps a re-enqueued item from being re-enqueued again while its message
+is still waiting in the queue."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import time
 
 from core.batch_lane import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
 from core.ledger import JobState
-from workers.jobs import JobContext
+from workers.jobs import JobContext, feed_render_queue, sweep_expired_jobs
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,8 @@ def reconcile_once(ctx: JobContext, *, now: float | None = None) -> int:
         if job.state is JobState.RENDERING:
             chunks = ledger.orphaned_chunks(job_id)
             if stalled:
-                chunks = sorted(set(chunks) | set(ledger.unfinished_chunks(job_id)))
+                lost = set(ledger.unfinished_chunks(job_id)) & ledger.dispatched_chunks(job_id)
+                chunks = sorted(set(chunks) | lost)
             for n in chunks:
                 if ledger.lease_holder(job_id, n) is None and ledger.requeue_once(
                     job_id, f"chunk:{n}", hold_s
@@ -54,14 +60,16 @@ def reconcile_once(ctx: JobContext, *, now: float | None = None) -> int:
                 ctx.enqueue(PLAN_TASK, job_id)
                 requeued += 1
         elif (
-            stalled
-            and job.state is JobState.ASSEMBLING
-            and ledger.requeue_once(job_id, "assemble", settings.stall_timeout_s)
+            job.state is JobState.ASSEMBLING
+            and (stalled or ledger.assembly_orphaned(job_id))
+            and ledger.requeue_once(job_id, "assemble", hold_s)
         ):
             ctx.enqueue(ASSEMBLE_TASK, job_id)
             requeued += 1
     if requeued:
         log.info("reconciler re-enqueued %d tasks", requeued)
+    feed_render_queue(ctx)
+    sweep_expired_jobs(ctx, now=now)
     return requeued
 
 

@@ -70,11 +70,13 @@ def synthesize_segments(
     window: int = 256,
     priority: Priority = Priority.BATCH,
     deadline_s: float | None = None,
+    group: str = "",
 ) -> Iterator[PcmF32]:
     """Each segment's audio at the engine's rate, in order, at most ``window`` in flight.
 
     ``deadline_s`` (on the batcher's clock) is handed to the batcher with every segment and
-    also bounds how long this waits for each result.
+    also bounds how long this waits for each result; ``group`` (the tenant) keeps the
+    batcher fair between tenants.
     """
     pending: deque[Future[PcmF32]] = deque()
 
@@ -88,7 +90,9 @@ def synthesize_segments(
     try:
         for segment in segments:
             utterance = Utterance(segment.text, voice, speed)
-            pending.append(batcher.submit(utterance, priority=priority, deadline_s=deadline_s))
+            pending.append(
+                batcher.submit(utterance, priority=priority, deadline_s=deadline_s, group=group)
+            )
             if len(pending) >= window:
                 yield result(pending.popleft())
         while pending:
@@ -110,6 +114,7 @@ def speech_at_rate(
     window: int = 256,
     priority: Priority = Priority.BATCH,
     deadline_s: float | None = None,
+    group: str = "",
 ) -> Iterator[tuple[int, PcmF32]]:
     """PCM at ``sample_rate_hz`` with ``pause_s`` of silence after each paragraph.
 
@@ -126,6 +131,7 @@ def speech_at_rate(
         window=window,
         priority=priority,
         deadline_s=deadline_s,
+        group=group,
     )
     last = len(segments) - 1
     for index, (segment, pcm) in enumerate(zip(segments, produced, strict=True)):

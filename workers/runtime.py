@@ -60,6 +60,7 @@ def start_worker_process(
     jobs = JobContext(
         settings=settings, ledger=ledger, storage=storage, worker_name=name, enqueue=enqueue
     )
+    jobs.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
     process = WorkerProcess(jobs)
     if RENDER_QUEUE in queues:
         from workers.batcher import Batcher
@@ -67,7 +68,6 @@ def start_worker_process(
 
         engine = create_engine(settings.engine)
         jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
-        jobs.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
         lane = RealtimeWorkerClient.from_url(settings.redis_url, name, settings.realtime)
         lane.publish_capabilities(engine.capabilities())
         if settings.realtime_enabled:

@@ -14,7 +14,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from api.deps import ApiState, State, Tenant
+from api.deps import ApiState, State, Tenant, blocking
+from api.routes.callbacks import check_callback
 from core.audio import AudioFormat, format_from_name
 from core.audio.files import allowed_sample_rates
 from core.errors import (
@@ -29,7 +30,7 @@ from core.ledger import Job, JobOptions, JobState
 from core.ledger import job_summary as ledger_job_summary
 from core.rules import check_speech_options, check_speech_text
 from core.settings import ApiSettings
-from core.text_input import decode_text
+from core.text_input import check_encodable, decode_text
 
 router = APIRouter(tags=["jobs"])
 
@@ -63,15 +64,23 @@ def validation_message(errors: list[Any]) -> str:
 async def submit_job(request: Request, state: State, tenant: Tenant) -> JSONResponse:
     body, text_field = await _read_job_request(request, state.settings)
     options, text = await _check_job(state, body, text_field)
-    job = state.jobs.submit(tenant, options, text)
-    return JSONResponse(
-        _job_view(state, job), status_code=202, headers={"Location": f"/v1/jobs/{job.id}"}
+    await state.rate.take(tenant)
+    job = await blocking(
+        state,
+        state.jobs.submit,
+        tenant,
+        options,
+        text,
+        max_queued_chars=state.settings.tenant_max_queued_chars,
     )
+    view = await blocking(state, _job_view, state, job)
+    return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
 
 
 @router.get("/v1/jobs/{job_id}", summary="A job's state, progress, ETA and download link")
 async def get_job(job_id: str, state: State, tenant: Tenant) -> JSONResponse:
-    return JSONResponse(_job_view(state, state.ledger.get_for_tenant(tenant, job_id)))
+    job = await blocking(state, state.ledger.get_for_tenant, tenant, job_id)
+    return JSONResponse(await blocking(state, _job_view, state, job))
 
 
 @router.get("/v1/jobs", summary="The caller's jobs, newest first")
@@ -79,10 +88,14 @@ async def list_jobs(
     state: State,
     tenant: Tenant,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[float | None, Query()] = None,
+    cursor: Annotated[float | None, Query(allow_inf_nan=False)] = None,
 ) -> JSONResponse:
-    jobs, next_cursor = state.ledger.list_for_tenant(
-        tenant, limit=min(limit, state.settings.page_size_max), before=cursor
+    jobs, next_cursor = await blocking(
+        state,
+        state.ledger.list_for_tenant,
+        tenant,
+        limit=min(limit, state.settings.page_size_max),
+        before=cursor,
     )
     return JSONResponse(
         {"jobs": [_job_view(state, j, with_link=False) for j in jobs], "next_cursor": next_cursor}
@@ -91,15 +104,16 @@ async def list_jobs(
 
 @router.get("/v1/jobs/{job_id}/audio", summary="Redirect to a fresh download link")
 async def job_audio(job_id: str, state: State, tenant: Tenant) -> Response:
-    job = state.ledger.get_for_tenant(tenant, job_id)
+    job = await blocking(state, state.ledger.get_for_tenant, tenant, job_id)
     if job.state is not JobState.DONE or not job.output_key:
         raise JobStateError(f"job {job_id} is {job.state.value}, not done")
-    return RedirectResponse(_link(state, job), status_code=302)
+    return RedirectResponse(await blocking(state, _link, state, job), status_code=302)
 
 
 @router.delete("/v1/jobs/{job_id}", summary="Cancel a job")
 async def cancel_job(job_id: str, state: State, tenant: Tenant) -> JSONResponse:
-    return JSONResponse(_job_view(state, state.jobs.cancel(tenant, job_id)))
+    job = await blocking(state, state.jobs.cancel, tenant, job_id)
+    return JSONResponse(await blocking(state, _job_view, state, job))
 
 
 @router.get("/v1/voices", summary="The voices of the workers' engine")
@@ -122,15 +136,20 @@ async def _read_job_request(request: Request, settings: ApiSettings) -> tuple[Jo
     """The request body, and the name of the field its text came in."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
-        raw = await request.body()
+        raw = await request.body()  # bounded while it streams in (api.body_limit)
         if len(raw) > settings.max_upload_bytes + 4096:
             raise TextTooLargeError(f"request body is over {settings.max_upload_bytes} bytes")
         try:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise MalformedRequestError(f"malformed JSON: {error}") from None
+        except RecursionError:
+            raise MalformedRequestError("malformed JSON: nested too deep") from None
         if not isinstance(data, dict):
             raise MalformedRequestError("the JSON body must be an object")
+        for name, value in data.items():
+            if isinstance(value, str) and name != "text":  # the text's own checks name it
+                check_encodable(value, source=str(name), field=str(name))
         return _model(data), "text"
     if content_type == "multipart/form-data":
         form = await request.form(max_files=1, max_fields=10)
@@ -180,11 +199,7 @@ async def _check_job(state: ApiState, body: JobRequest, text_field: str) -> tupl
         allowed_rates=allowed_sample_rates(fmt),
         encoding=fmt.value,
     )
-    callback = body.callback_url
-    if callback is not None and not callback.startswith(("http://", "https://")):
-        raise InvalidInputError(
-            "callback_url must be an http:// or https:// URL", field="callback_url"
-        )
+    callback = await check_callback(settings, body.callback_url)
     job_options = JobOptions(
         voice=options.voice,
         format=fmt.value,

@@ -1,21 +1,32 @@
-"""Operations: liveness, readiness, Prometheus metrics, and the local backend's signed files."""
+"""Operations: liveness, readiness, Prometheus metrics, and the local backend's signed files.
+
+``/healthz`` touches nothing; ``/readyz`` asks Redis and storage with a short timeout each,
+so both answer within a second whatever Redis does, and name what is down without saying
+where it is or what it said (that goes to the log). ``/metrics`` needs the metrics token
+(``VOICELANE_METRICS_TOKEN``) when one is set; without one it is open in dev mode only.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from api.deps import ApiState, State
+from api.deps import ApiState, State, blocking
 from core.batch_lane import QUEUES
-from core.errors import JobNotFoundError
+from core.errors import AuthError, JobNotFoundError
 from core.storage import LocalStorage
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(include_in_schema=False)
+
+PROBE_TIMEOUT_S = 0.4
+"""Each readiness probe (Redis, storage) gets this long."""
 
 
 @router.get("/healthz")
@@ -25,23 +36,40 @@ async def healthz() -> JSONResponse:
 
 @router.get("/readyz")
 async def readyz(state: State) -> JSONResponse:
-    problems: dict[str, str] = {}
-    try:
-        state.ledger.ping()
-    except Exception as error:
-        problems["redis"] = " ".join(str(error).split())[:200] or type(error).__name__
-    try:
-        state.storage.ping()
-    except Exception as error:
-        problems["storage"] = " ".join(str(error).split())[:200] or type(error).__name__
+    probes = {
+        "redis": asyncio.wait_for(state.lane.ping(), PROBE_TIMEOUT_S),
+        "storage": asyncio.wait_for(blocking(state, state.storage.ping), PROBE_TIMEOUT_S),
+    }
+    results = await asyncio.gather(*probes.values(), return_exceptions=True)
+    problems = []
+    for name, result in zip(probes, results, strict=True):
+        if isinstance(result, BaseException):
+            problems.append(name)
+            detail = " ".join(str(result).split())[:200] or type(result).__name__
+            log.warning("readiness: %s: %s", name, detail)
     if problems:
         return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
     return JSONResponse({"status": "ready"})
 
 
 @router.get("/metrics")
-async def metrics(state: State) -> Response:
-    return Response(_metrics_text(state), media_type="text/plain; version=0.0.4")
+async def metrics(state: State, authorization: Annotated[str | None, Header()] = None) -> Response:
+    _check_metrics_token(state, authorization)
+    text = await asyncio.wait_for(blocking(state, _metrics_text, state), PROBE_TIMEOUT_S * 2)
+    return Response(text, media_type="text/plain; version=0.0.4")
+
+
+def _check_metrics_token(state: ApiState, authorization: str | None) -> None:
+    token = state.settings.metrics_token
+    if token is None:
+        if state.settings.dev_mode:
+            return
+        raise AuthError("set VOICELANE_METRICS_TOKEN to scrape /metrics")
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        given.strip().encode(), token.encode()
+    ):
+        raise AuthError("/metrics needs Authorization: Bearer <metrics token>")
 
 
 @router.get("/v1/files/{key:path}")

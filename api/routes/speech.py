@@ -6,7 +6,10 @@ the client leaves early.
 
 ``GET /v1/stream`` (WebSocket)
     Authenticate with ``Authorization: Bearer KEY`` on the upgrade request (or, for browsers,
-    ``"api_key"`` in the first message). Send one JSON text message ``{"text", "voice"?,
+    ``"api_key"`` in the first message), and send the request within
+    ``websocket_auth_timeout_s`` (5 s) of connecting, or the socket is closed; an address
+    holds at most ``websocket_max_per_address`` open sockets per API process, and the process
+    ``websocket_max_connections``. Send one JSON text message ``{"text", "voice"?,
     "sample_rate_hz"?, "speed"?, "client_ts_ms"?}``. The server answers
     ``{"type": "start", "request_id"}``; then per chunk a JSON ``{"type": "audio", "seq",
     "pts_ms", "packets": N, "server_ts_ms", "client_ts_ms", "captions": [...]}`` followed by
@@ -26,6 +29,7 @@ the client leaves early.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -36,11 +40,14 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.deps import State, Tenant
+from api.failures import service_error
 from api.streams import Stream, StreamAsk, StreamChunk
 from core.audio.stream import StreamEncoding
 from core.errors import (
+    DeadlineExceededError,
     InvalidInputError,
     MalformedRequestError,
+    NoCapacityError,
     TextTooLargeError,
     VoicelaneError,
     grpc_status_name,
@@ -62,7 +69,12 @@ OPENAI_FORMATS = {
 }
 MAX_SPEECH_BODY_BYTES = 1024 * 1024
 """OpenAI caps ``input`` at 4,096 characters; a body over 1 MiB is never a speech request."""
-_WS_CLOSE = {"INVALID_ARGUMENT": 1008, "UNAUTHENTICATED": 1008, "RESOURCE_EXHAUSTED": 1013}
+_WS_CLOSE = {
+    "INVALID_ARGUMENT": 1008,
+    "UNAUTHENTICATED": 1008,
+    "DEADLINE_EXCEEDED": 1008,
+    "RESOURCE_EXHAUSTED": 1013,
+}
 
 
 def first_error(error: ValidationError) -> tuple[str, str | None]:
@@ -90,15 +102,39 @@ class WebSocketRequest(BaseModel):
 @router.websocket("/v1/stream")
 async def websocket_stream(socket: WebSocket, state: State) -> None:
     await socket.accept()
-    stream: Stream | None = None
+    address = socket.client.host if socket.client else "-"
+    if not state.websockets.enter(address):
+        await _ws_fail(socket, NoCapacityError("too many open WebSockets; retry later"))
+        return
     try:
-        body = WebSocketRequest.model_validate_json(await socket.receive_text())
+        await _serve_websocket(socket, state)
+    finally:
+        state.websockets.leave(address)
+
+
+async def _serve_websocket(socket: WebSocket, state: State) -> None:
+    """Authenticate (header now, or the request's key), read the request within the time
+    allowed, stream; every failure is an error message and a close."""
+    stream: Stream | None = None
+    settings = state.settings
+    try:
         header = socket.headers.get("authorization")
-        tenant = (
-            state.keys.tenant_for_header(header)
-            if header or not body.api_key
-            else state.keys.tenant_for(body.api_key)
-        )
+        tenant = state.keys.tenant_for_header(header) if header else None
+        try:
+            first = await asyncio.wait_for(
+                _first_message(socket), settings.websocket_auth_timeout_s
+            )
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"no request within {settings.websocket_auth_timeout_s:g} s of connecting"
+            ) from None
+        body = WebSocketRequest.model_validate_json(first)
+        if tenant is None:
+            tenant = (
+                state.keys.tenant_for(body.api_key)
+                if body.api_key
+                else state.keys.tenant_for_header(None)
+            )
         ask = StreamAsk(
             voice=body.voice,
             speed=body.speed,
@@ -119,16 +155,32 @@ async def websocket_stream(socket: WebSocket, state: State) -> None:
     except WebSocketDisconnect:
         log.info("websocket client left stream %s", stream.request_id if stream else "-")
     except ValidationError as error:
-        message, field = first_error(error)
-        await _ws_fail(socket, InvalidInputError(f"bad stream request: {message}", field=field))
+        if any(e.get("type") == "json_invalid" for e in error.errors()):
+            await _ws_fail(socket, MalformedRequestError("the request is not valid JSON"))
+        else:
+            message, field = first_error(error)
+            await _ws_fail(socket, InvalidInputError(f"bad stream request: {message}", field=field))
     except VoicelaneError as error:
         await _ws_fail(socket, error)
-    except Exception:
-        log.exception("websocket stream failed")
-        await _ws_fail(socket, VoicelaneError("internal error"))
+    except Exception as error:
+        known = service_error(error)
+        if known is None:
+            log.exception("websocket stream failed")
+        await _ws_fail(socket, known or VoicelaneError("internal error"))
     finally:
         if stream is not None:
             await stream.close()
+
+
+async def _first_message(socket: WebSocket) -> str:
+    """The request: one JSON text message (a binary one is bad input)."""
+    message = await socket.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    text = message.get("text")
+    if text is None:
+        raise MalformedRequestError("the request must be one JSON text message, not binary")
+    return str(text)
 
 
 def _chunk_header(chunk: StreamChunk) -> dict[str, Any]:
@@ -159,6 +211,8 @@ async def _ws_fail(socket: WebSocket, error: VoicelaneError) -> None:
     body: dict[str, Any] = {"type": "error", "code": code, "message": error.message or code}
     if error.field:
         body["field"] = error.field
+    if error.retry_after_s is not None:
+        body["retry_after_s"] = error.retry_after_s
     with contextlib.suppress(Exception):
         await socket.send_json(body)
         await socket.close(_WS_CLOSE.get(code, 1011))
@@ -188,7 +242,7 @@ class SpeechRequest(BaseModel):
     response_class=StreamingResponse,
 )
 async def openai_speech(request: Request, state: State, tenant: Tenant) -> StreamingResponse:
-    raw = await request.body()
+    raw = await request.body()  # bounded while it streams in (api.body_limit)
     if len(raw) > MAX_SPEECH_BODY_BYTES:
         raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
     try:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from core.audio import AudioFormat, probe
+from core.callbacks import tenant_secret, verify
 from core.ledger import Ledger
 from core.redis_server import RedisServer
 from core.settings import EmbeddedSettings
@@ -54,7 +55,8 @@ def lane(
 ) -> Iterator[Stack]:
     directory = tmp_path_factory.mktemp("lane")
     redis_server = RedisServer(directory / "redis").start()
-    lane = Stack(directory, redis_server.url, env_overrides=s3_env(s3_endpoint, bucket))
+    env = {**s3_env(s3_endpoint, bucket), **CALLBACK_ENV}
+    lane = Stack(directory, redis_server.url, env_overrides=env)
     try:
         lane.gpu_worker()
         lane.cpu_worker()
@@ -168,13 +170,21 @@ def test_cancel_mid_job_stops_rendering_and_removes_parts(
     assert len(ledger.commit_log(job_id)) == committed_at_cancel  # nothing committed after
 
 
+CALLBACK_MASTER_SECRET = "lane-callback-master-0123456789"
+CALLBACK_ENV = {
+    # The receiver below listens on loopback: only an allow-listed one may be called back.
+    "VOICELANE_CALLBACK_ALLOW": "127.0.0.1",
+    "VOICELANE_CALLBACK_SIGNING_SECRET": CALLBACK_MASTER_SECRET,
+}
+
+
 class _CallbackSink(BaseHTTPRequestHandler):
-    received: list[dict[str, Any]] = []  # noqa: RUF012 - shared with the test
+    received: list[tuple[dict[str, str], bytes]] = []  # noqa: RUF012 - shared with the test
     event = threading.Event()
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
-        type(self).received.append(json.loads(body))
+        type(self).received.append(({k.lower(): v for k, v in self.headers.items()}, body))
         self.send_response(204)
         self.end_headers()
         type(self).event.set()
@@ -194,9 +204,16 @@ def test_callback_receives_the_finished_job(lane: Stack) -> None:
                 "/v1/jobs", json={"text": "Call me back.", "callback_url": url}
             ).json()["id"]
             assert _CallbackSink.event.wait(60), lane.logs()
-        payload = _CallbackSink.received[-1]["job"]
+            secret = client.get("/v1/callbacks/secret").json()["secret"]
+        headers, body = _CallbackSink.received[-1]
+        payload = json.loads(body)["job"]
         assert payload["id"] == job_id and payload["state"] == "done"
         assert "text" not in payload
+        assert headers["x-voicelane-job-id"] == job_id
+        # The receiver's check: the tenant's secret, from GET /v1/callbacks/secret.
+        assert secret == tenant_secret(CALLBACK_MASTER_SECRET, "acme")
+        assert verify(secret, body, headers["x-voicelane-signature"])
+        assert not verify(secret, body + b" ", headers["x-voicelane-signature"])
     finally:
         server.shutdown()
 

@@ -32,6 +32,7 @@ from core.realtime_lane import (
     RealtimeWorkerClient,
     StreamRequest,
     cancel_key,
+    lane_request_id,
     now_ms,
     tenant_key,
 )
@@ -110,7 +111,8 @@ class Harness:
     def submitted_ids(self) -> list[str]:
         """Requests the front submitted (their ids are reserved under ``tenant_key``)."""
         keys = cast(list[bytes], self.redis.keys(tenant_key("*")))
-        return [k.decode().removeprefix(tenant_key("")) for k in keys]
+        lane_ids = [k.decode().removeprefix(tenant_key("")) for k in keys]
+        return [lane_id.partition(".")[2] for lane_id in lane_ids]  # the tenant's own ids
 
     def queued(self) -> list[StreamRequest]:
         entries = cast(list[tuple[bytes, dict[bytes, bytes]]], self.redis.xrange(REQUESTS))
@@ -247,11 +249,14 @@ async def test_synthesize_streams_ordered_decodable_audio_with_captions(
         assert TEXT[caption.start : caption.end] == caption.text
 
     request_id = chunks[0].request_id
+    lane_id = lane_request_id("acme", request_id)  # the tenant's id in its namespace
     claimed = worker.snapshot().claimed
-    assert [r.request_id for r in claimed] == [request_id]
+    assert [r.request_id for r in claimed] == [lane_id]
     assert claimed[0].tenant == "acme" and claimed[0].voice == "auto"
-    await eventually(lambda: request_id in worker.snapshot().finished, "the worker to finish")
-    assert not harness.redis.exists(cancel_key(request_id)), "a finished stream is not cancelled"
+    await eventually(lambda: lane_id in worker.snapshot().finished, "the worker to finish")
+    assert not harness.redis.exists(cancel_key(lane_request_id("acme", request_id))), (
+        "a finished stream is not cancelled"
+    )
 
 
 async def test_a_caption_just_before_end_rides_on_the_final_chunk(harness: Harness) -> None:
@@ -409,8 +414,12 @@ async def test_a_client_that_leaves_mid_stream_gets_its_request_cancelled(
 
     call.cancel()
 
-    await eventually(lambda: harness.redis.exists(cancel_key(request_id)), "the cancel mark")
-    await eventually(lambda: request_id in worker.snapshot().cancelled, "the worker to stop")
+    await eventually(
+        lambda: harness.redis.exists(cancel_key(lane_request_id("acme", request_id))),
+        "the cancel mark",
+    )
+    lane_id = lane_request_id("acme", request_id)
+    await eventually(lambda: lane_id in worker.snapshot().cancelled, "the worker to stop")
 
 
 async def test_a_conversation_that_leaves_mid_stream_gets_cancelled(harness: Harness) -> None:
@@ -424,8 +433,12 @@ async def test_a_conversation_that_leaves_mid_stream_gets_cancelled(harness: Har
 
     call.cancel()
 
-    await eventually(lambda: harness.redis.exists(cancel_key(request_id)), "the cancel mark")
-    await eventually(lambda: request_id in worker.snapshot().cancelled, "the worker to stop")
+    await eventually(
+        lambda: harness.redis.exists(cancel_key(lane_request_id("acme", request_id))),
+        "the cancel mark",
+    )
+    lane_id = lane_request_id("acme", request_id)
+    await eventually(lambda: lane_id in worker.snapshot().cancelled, "the worker to stop")
 
 
 async def test_a_dead_worker_ends_the_stream_with_unavailable(harness: Harness) -> None:
@@ -438,8 +451,8 @@ async def test_a_dead_worker_ends_the_stream_with_unavailable(harness: Harness) 
     assert error.code() is grpc.StatusCode.UNAVAILABLE
     assert "heartbeat" in (error.details() or "")
     assert [c.seq for c in received] == [0, 1]
-    assert worker.snapshot().died == [received[0].request_id]
-    assert harness.redis.exists(cancel_key(received[0].request_id))
+    assert worker.snapshot().died == [lane_request_id("acme", received[0].request_id)]
+    assert harness.redis.exists(cancel_key(lane_request_id("acme", received[0].request_id)))
 
 
 async def test_the_dead_worker_verdict_comes_within_the_liveness_bound(
@@ -621,7 +634,9 @@ async def test_malformed_conversations_are_invalid_argument(
         assert harness.keys() == keys_before
         return
     [request_id] = harness.submitted_ids()
-    assert harness.redis.exists(cancel_key(request_id)), "set before the status went out"
+    assert harness.redis.exists(cancel_key(lane_request_id("acme", request_id))), (
+        "set before the status went out"
+    )
     worker.release()
 
 
@@ -639,7 +654,7 @@ async def test_bad_text_mid_conversation_ends_it_while_audio_is_flowing(
     error = await rpc_error(call)
 
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT  # not the 5 s deadline
-    assert harness.redis.exists(cancel_key(first.audio.request_id))
+    assert harness.redis.exists(cancel_key(lane_request_id("acme", first.audio.request_id)))
 
 
 # ------------------------------------------------------------------------ ListVoices
@@ -756,10 +771,87 @@ async def test_serve_stops_gracefully_and_leaves_cut_streams_resumable(redis_url
             await asyncio.wait_for(server, 10)
             error = await rpc_error(stream)
         assert error.code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
-        assert not client.exists(cancel_key(request_id)), "left running, to be resumed"
+        assert not client.exists(cancel_key(lane_request_id("acme", request_id))), (
+            "left running, to be resumed"
+        )
     finally:
         stop.set()
         await asyncio.gather(server, return_exceptions=True)
         worker.stop()
         await lane.close()
         client.close()
+
+
+# ------------------------------------------------------------------------ tenants
+
+
+async def test_each_tenant_has_its_own_request_ids(harness: Harness) -> None:
+    worker = harness.worker()
+    mine = await collect(synthesize(harness, text=TEXT, request_id="same-id"))
+    theirs = await collect(synthesize(harness, metadata=OTHER, text=TEXT, request_id="same-id"))
+    assert mine[-1].final and theirs[-1].final  # no ALREADY_EXISTS: no oracle across tenants
+    assert {c.request_id for c in mine + theirs} == {"same-id"}
+    claimed = worker.snapshot().claimed
+    assert sorted((r.tenant, r.request_id) for r in claimed) == [
+        ("acme", "acme.same-id"),
+        ("other", "other.same-id"),
+    ]
+    again = await rpc_error(synthesize(harness, text=TEXT, request_id="same-id"))
+    assert again.code() is grpc.StatusCode.ALREADY_EXISTS  # only within the tenant
+
+
+async def test_a_tenant_holds_at_most_its_streams_and_gets_a_retry_hint(redis_url: str) -> None:
+    settings = grpc_settings(redis_url, tenant_max_streams=2)
+    lane = RealtimeClient.from_url(redis_url, REALTIME)
+    front = await start_front(settings, lane)
+    worker = FakeRealtimeWorker(redis_url, REALTIME, FakeWorkerKnobs(hold_after_events=1))
+    worker.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+            stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
+            held = [
+                stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=ACME, timeout=20)
+                for _ in range(2)
+            ]
+            for call in held:
+                await call.read()  # admitted and speaking (held by the worker)
+            third = stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=ACME, timeout=20)
+            refused = await rpc_error(third)
+            trailing = dict(await third.trailing_metadata() or ())
+            other = stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=OTHER, timeout=20)
+            first_of_other = await other.read()
+            held[0].cancel()
+            await asyncio.sleep(0.2)
+
+            async def admitted_again() -> object:
+                call = stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=ACME, timeout=20)
+                chunk = await call.read()
+                call.cancel()
+                return chunk
+
+            after_close = await admitted_again()
+            for call in (held[1], other):
+                call.cancel()
+    finally:
+        worker.release()
+        worker.stop()
+        await stop_front(front, 0)
+        await lane.close()
+    assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "2 open streams" in (refused.details() or "")
+    assert int(trailing["retry-after-ms"]) > 0
+    assert isinstance(first_of_other, pb.AudioChunk)  # another tenant is not held up
+    assert isinstance(after_close, pb.AudioChunk)  # a closed stream gave its slot back
+
+
+async def test_a_client_deadline_is_capped(harness: Harness) -> None:
+    harness.capacity_without_worker()
+    year_s = 365 * 24 * 3600.0
+    call = synthesize(harness, text=TEXT, timeout_s=year_s)
+    await eventually(harness.queued, "the request in the lane")
+    call.cancel()
+    (request,) = harness.queued()
+    cap_ms = harness.settings.realtime.max_deadline_s * 1000
+    assert request.deadline_ms <= time.time() * 1000 + cap_ms + 1000
+    ttl_s = harness.redis.ttl(tenant_key(request.request_id))
+    assert 0 < ttl_s <= harness.settings.realtime.max_deadline_s + 600

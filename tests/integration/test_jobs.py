@@ -26,6 +26,7 @@ from workers.jobs import (
     plan_chunks,
     plan_job,
     render_chunk,
+    sweep_expired_jobs,
 )
 from workers.reconciler import reconcile_once
 
@@ -182,3 +183,51 @@ def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: JobContext) -> None:
     pcm = np.frombuffer(data, dtype=np.int16)
     assert len(pcm) / 16000 == pytest.approx(job.audio_s, abs=1e-3)
     assert int(np.abs(pcm).max()) > 1000
+
+
+def narrow(ctx: JobContext, **settings: object) -> JobContext:
+    """The same context with other settings."""
+    updated = ctx.settings.model_copy(update=settings)
+    return JobContext(
+        settings=updated,
+        ledger=ctx.ledger,
+        storage=ctx.storage,
+        worker_name=ctx.worker_name,
+        enqueue=ctx.enqueue,
+        batcher=ctx.batcher,
+    )
+
+
+def test_planning_feeds_the_render_queue_up_to_its_target_only(ctx: JobContext) -> None:
+    small = narrow(ctx, render_queue_target=2)
+    job_id = submit(small, TEXT * 3)
+    total = plan_job(small, job_id)
+    assert total > 4
+    assert recorder(small).of(RENDER_CHUNK_TASK) == [(job_id, 0), (job_id, 1)]
+    assert small.ledger.waiting_chunks("acme") == total - 2
+    # A stalled job: only what was dispatched can have been lost; the rest waits in line.
+    job = small.ledger.get(job_id)
+    assert job is not None
+    recorder(small).calls.clear()
+    later = job.updated_at + small.settings.stall_timeout_s + 1
+    requeued = reconcile_once(small, now=later)
+    assert requeued == 2
+    enqueued = recorder(small).of(RENDER_CHUNK_TASK)
+    assert enqueued[:2] == [(job_id, 0), (job_id, 1)]  # the re-enqueued ones, then the feed
+    assert all(n >= 2 for _, n in enqueued[2:])  # type: ignore[operator]
+
+
+def test_jobs_past_their_retention_are_forgotten_with_their_files(ctx: JobContext) -> None:
+    job_id = submit(ctx, "One short sentence.")
+    plan_job(ctx, job_id)
+    assert render_chunk(ctx, job_id, 0) == "assemble"
+    assert assemble_job(ctx, job_id)
+    job = ctx.ledger.get(job_id)
+    assert job is not None and job.output_key is not None and job.finished_at is not None
+    assert ctx.storage.exists(job.output_key)
+    kept = narrow(ctx, job_retention_s=3600)
+    assert sweep_expired_jobs(kept, now=job.finished_at + 60) == 0
+    assert sweep_expired_jobs(kept, now=job.finished_at + 3601) == 1
+    assert ctx.ledger.get(job_id) is None
+    assert not ctx.storage.exists(job.output_key)
+    assert ctx.storage.list_keys(f"acme/{job_id}/") == []

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.errors import JobNotFoundError
+from core.errors import JobNotFoundError, QuotaExceededError
 from core.ledger import ChunkPlan, JobOptions, JobState, Ledger
+from tests.support.stack import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -143,7 +144,11 @@ def test_final_states_never_change(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 1)
     lease = ledger.acquire_chunk(job_id, 0, "w", ttl_s=30)
     assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "assemble"
-    assert ledger.finish(job_id, key="k", size_bytes=10, duration_s=1.0, sha256="ab")
+    assert ledger.acquire_assembly(job_id, "w", ttl_s=30)
+    assert (
+        ledger.finish(job_id, owner="w", key="k", size_bytes=10, duration_s=1.0, sha256="ab")
+        == "done"
+    )
     assert not ledger.cancel(job_id)
     assert not ledger.fail(job_id, "late")
     job = ledger.get(job_id)
@@ -157,7 +162,31 @@ def test_commit_after_cancel_is_inactive(ledger: Ledger) -> None:
     assert ledger.cancel(job_id)
     assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "inactive"
     assert ledger.acquire_chunk(job_id, 1, "w", ttl_s=30).status == "inactive"
-    assert not ledger.finish(job_id, key="k", size_bytes=1, duration_s=1.0, sha256="x")
+    finish = ledger.finish(job_id, owner="w", key="k", size_bytes=1, duration_s=1.0, sha256="x")
+    assert finish == "inactive"
+
+
+def test_only_the_assembly_lease_holder_finishes_and_a_lapsed_lease_is_orphaned(
+    ledger: Ledger,
+) -> None:
+    job_id = rendering_job(ledger, 1)
+    lease = ledger.acquire_chunk(job_id, 0, "w", ttl_s=30)
+    assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "assemble"
+    assert not ledger.assembly_orphaned(job_id)  # nobody started: not orphaned, just waiting
+    assert ledger.acquire_assembly(job_id, "dead", ttl_s=0.2)
+    assert not ledger.acquire_assembly(job_id, "other", ttl_s=30)  # held
+    assert not ledger.assembly_orphaned(job_id)
+    wait_for(lambda: ledger.assembly_orphaned(job_id), 5, "the lease to lapse")
+    assert ledger.acquire_assembly(job_id, "other", ttl_s=30)
+
+    def finish(owner: str) -> str:
+        return ledger.finish(job_id, owner=owner, key="k", size_bytes=1, duration_s=1, sha256="x")
+
+    assert finish("dead") == "fenced"  # woke up too late
+    assert ledger.renew_assembly(job_id, "other", 30) and not ledger.renew_assembly(
+        job_id, "dead", 30
+    )
+    assert finish("other") == "done"
 
 
 def test_progress_and_eta(ledger: Ledger) -> None:
@@ -186,3 +215,67 @@ def test_requeue_once_holds_for_its_period(ledger: Ledger) -> None:
     assert ledger.requeue_once(job_id, "chunk:0", hold_s=30)
     assert not ledger.requeue_once(job_id, "chunk:0", hold_s=30)
     assert ledger.requeue_once(job_id, "chunk:1", hold_s=30)
+
+
+def tenant_job(ledger: Ledger, tenant: str, chunks: int) -> str:
+    job = ledger.create(tenant, OPTIONS, "some text")
+    assert ledger.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
+    assert ledger.save_plan(job.id, plans(chunks))
+    ledger.schedule_chunks(job.id, tenant, chunks)
+    return job.id
+
+
+def test_the_fair_feed_alternates_tenants_whatever_their_backlog(ledger: Ledger) -> None:
+    books = [tenant_job(ledger, "acme", 50) for _ in range(4)]  # 200 chunks ahead
+    small = tenant_job(ledger, "other", 2)
+    taken = ledger.take_fair(4)
+    tenants = [("other" if job == small else "acme") for job, _ in taken]
+    assert tenants == ["acme", "other", "acme", "other"]  # other's job is in the first turn
+    assert [n for job, n in taken if job == small] == [0, 1]
+    assert [n for job, n in taken if job == books[0]] == [0, 1]  # in order within a tenant
+    assert ledger.dispatched_chunks(small) == {0, 1}
+    assert ledger.waiting_chunks("acme") == 198 and ledger.waiting_chunks("other") == 0
+    assert [job for job, _ in ledger.take_fair(3)] == [books[0]] * 3  # only acme is left
+
+
+def test_a_cancelled_jobs_waiting_chunks_are_dropped_at_no_cost(ledger: Ledger) -> None:
+    cancelled = tenant_job(ledger, "acme", 500)
+    kept = tenant_job(ledger, "acme", 1)
+    assert ledger.cancel(cancelled)
+    taken: list[tuple[str, int]] = []
+    calls = 0
+    while not taken:  # each call skips a bounded number of stale references
+        taken = ledger.take_fair(1)
+        calls += 1
+        assert calls <= 5, "the stale references are not being dropped"
+    assert taken == [(kept, 0)]
+    assert ledger.dispatched_chunks(cancelled) == set()  # none of them was handed out
+    assert ledger.waiting_chunks("acme") == 0
+    assert ledger.take_fair(5) == []
+
+
+def test_queued_characters_are_held_until_the_job_ends(ledger: Ledger) -> None:
+    first = ledger.create("acme", OPTIONS, "x" * 60, max_queued_chars=100)
+    assert ledger.queued_chars("acme") == 60
+    with pytest.raises(QuotaExceededError) as refused:
+        ledger.create("acme", OPTIONS, "x" * 60, max_queued_chars=100)
+    assert refused.value.retry_after_s and refused.value.field == "text"
+    assert ledger.queued_chars("acme") == 60  # a refusal holds nothing
+    ledger.create("other", OPTIONS, "x" * 60, max_queued_chars=100)  # its own quota
+    assert ledger.cancel(first.id)
+    assert not ledger.cancel(first.id)  # ending twice gives back once
+    assert ledger.queued_chars("acme") == 0
+    ledger.create("acme", OPTIONS, "x" * 100, max_queued_chars=100)  # at the limit
+
+
+def test_jobs_past_their_retention_are_listed_oldest_first(ledger: Ledger) -> None:
+    old = ledger.create("acme", OPTIONS, "old")
+    assert ledger.fail(old.id, "gone")
+    cutoff = time.time() + 0.001
+    time.sleep(0.01)
+    young = ledger.create("acme", OPTIONS, "young")
+    assert ledger.cancel(young.id)
+    assert ledger.expired_jobs(cutoff, 10) == [old.id]
+    ledger.delete_job(old.id, "acme")
+    assert ledger.get(old.id) is None and ledger.expired_jobs(cutoff, 10) == []
+    assert [j.id for j in ledger.list_for_tenant("acme", limit=10)[0]] == [young.id]

@@ -21,18 +21,20 @@ pytestmark = pytest.mark.integration
 KEYS = "acme:acme-key-0001,other:other-key-0002"
 ACME = {"Authorization": "Bearer acme-key-0001"}
 OTHER = {"Authorization": "Bearer other-key-0002"}
+METRICS_TOKEN = "metrics-token-0003"
 
 
 @pytest.fixture
 def api(redis_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, redis.Redis]]:
-    settings = ApiSettings(redis_url=redis_url, api_keys=KEYS, max_text_chars=5000)
+    settings = ApiSettings(
+        redis_url=redis_url, api_keys=KEYS, max_text_chars=5000, metrics_token=METRICS_TOKEN
+    )
     storage = LocalStorage(LocalStorageSettings(root=tmp_path / "storage", secret="s" * 40))
     storage.prepare()
     app = create_app(settings, storage=storage, enqueue=CeleryEnqueue(settings))
-    client = TestClient(app, base_url="http://api")
     connection = redis.Redis.from_url(redis_url)
-    yield client, connection
-    client.close()
+    with TestClient(app, base_url="http://api") as client:  # one event loop for the app
+        yield client, connection
     connection.close()
 
 
@@ -110,6 +112,43 @@ BAD_REQUESTS: list[tuple[str, dict[str, Any], int, str, str]] = [
         422,
         "invalid_input",
         "looks binary",
+    ),
+    (
+        "lone surrogate in the text",
+        {
+            "content": b'{"text": "Hi \\ud800 there."}',
+            "headers": {"content-type": "application/json"},
+        },
+        422,
+        "invalid_input",
+        "lone surrogate",
+    ),
+    (
+        "lone surrogate in the voice",
+        {
+            "content": b'{"text": "Hi.", "voice": "\\udfff"}',
+            "headers": {"content-type": "application/json"},
+        },
+        422,
+        "invalid_input",
+        "voice",
+    ),
+    (
+        "JSON nested 2000 deep",
+        {
+            "content": b'{"text": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+            "headers": {"content-type": "application/json"},
+        },
+        400,
+        "malformed_request",
+        "deep",
+    ),
+    (
+        "punctuation only",
+        {"json": {"text": "... --- !!!"}},
+        422,
+        "invalid_input",
+        "nothing to speak",
     ),
     (
         "upload without a file",
@@ -232,8 +271,10 @@ def test_voices_health_ready_metrics_and_openapi(api: tuple[TestClient, redis.Re
     assert {"auto", "en-us", "cmn"} <= set(voices["voices"])
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"status": "ready"}
-    metrics = client.get("/metrics").text
+    metrics = client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
     assert 'voicelane_queue_depth{queue="render"}' in metrics
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=ACME).status_code == 401  # a tenant key is not it
     schema = client.get("/openapi.json").json()
     assert "/v1/jobs" in schema["paths"] and "/v1/jobs/{job_id}/audio" in schema["paths"]
     assert client.get("/docs").status_code == 200
@@ -246,7 +287,9 @@ def test_readyz_reports_redis_down(tmp_path: Path) -> None:
     with TestClient(app, base_url="http://api") as client:
         response = client.get("/readyz")
     assert response.status_code == 503
-    assert "redis" in response.json()["problems"]
+    body = response.json()
+    assert body["problems"] == ["redis"]
+    assert "127.0.0.1" not in response.text and ":9" not in response.text  # nothing leaks
 
 
 def test_signed_local_links_are_checked(api: tuple[TestClient, redis.Redis]) -> None:
@@ -257,3 +300,78 @@ def test_signed_local_links_are_checked(api: tuple[TestClient, redis.Redis]) -> 
         400,
     )
     assert client.get("/v1/files/acme/x/audio.ogg").status_code == 422
+
+
+def test_a_nan_cursor_is_a_4xx(api: tuple[TestClient, redis.Redis]) -> None:
+    client, _ = api
+    for cursor in ("nan", "inf", "-inf"):
+        response = client.get(f"/v1/jobs?cursor={cursor}", headers=ACME)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == "cursor"
+
+
+def test_a_body_over_the_limit_is_refused_while_it_streams(
+    api: tuple[TestClient, redis.Redis],
+) -> None:
+    """(That the app stops reading a chunked body at the limit is shown, as a server feeds
+    it, in tests/unit/api/test_body_limit.py: the test client reads the whole body first.)"""
+    client, connection = api
+    before = snapshot(connection)
+
+    def body() -> Iterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(16):  # 16 MiB, chunked: no Content-Length to refuse it by
+            yield b"a" * (1024 * 1024)
+        yield b'"}'
+
+    headers = {**ACME, "content-type": "application/json"}
+    response = client.post("/v1/jobs", headers=headers, content=body())
+    assert response.status_code == 413 and response.json()["error"]["code"] == "text_too_large"
+    announced = client.post(
+        "/v1/audio/speech",
+        headers={**ACME, "content-type": "application/json", "content-length": str(2**31)},
+        content=b"{}",
+    )
+    assert announced.status_code == 413
+    assert snapshot(connection) == before
+
+
+def test_tenants_are_held_to_their_request_rate(redis_url: str, tmp_path: Path) -> None:
+    settings = ApiSettings(
+        redis_url=redis_url, api_keys=KEYS, tenant_requests_per_s=0.5, tenant_request_burst=2
+    )
+    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "s", secret="s" * 40))
+    app = create_app(settings, storage=storage, enqueue=lambda *a, **k: None)
+    with TestClient(app, base_url="http://api") as client:
+        codes = [client.post("/v1/jobs", headers=ACME, json={"text": "Hi."}) for _ in range(3)]
+        other = client.post("/v1/jobs", headers=OTHER, json={"text": "Hi."})
+    assert [r.status_code for r in codes] == [202, 202, 429]
+    refused = codes[-1]
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert other.status_code == 202  # another tenant has its own bucket
+
+
+def test_tenants_are_held_to_their_queued_characters(redis_url: str, tmp_path: Path) -> None:
+    settings = ApiSettings(redis_url=redis_url, api_keys=KEYS, tenant_max_queued_chars=100)
+    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "s", secret="s" * 40))
+    app = create_app(settings, storage=storage, enqueue=lambda *a, **k: None)
+    text = "Sixty characters of text, give or take a few, for the quota."
+    with TestClient(app, base_url="http://api") as client:
+        first = client.post("/v1/jobs", headers=ACME, json={"text": text})
+        second = client.post("/v1/jobs", headers=ACME, json={"text": text})
+        assert first.status_code == 202 and second.status_code == 429
+        assert second.json()["error"]["field"] == "text" and "Retry-After" in second.headers
+        assert client.post("/v1/jobs", headers=OTHER, json={"text": text}).status_code == 202
+        client.delete(f"/v1/jobs/{first.json()['id']}", headers=ACME)  # gives them back
+        assert client.post("/v1/jobs", headers=ACME, json={"text": text}).status_code == 202
+
+
+def test_a_redis_that_is_gone_is_a_503_not_a_500(tmp_path: Path) -> None:
+    settings = ApiSettings(redis_url="redis://127.0.0.1:9/0", api_keys=KEYS)
+    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "s", secret="s" * 40))
+    app = create_app(settings, storage=storage, enqueue=lambda *a, **k: None)
+    with TestClient(app, base_url="http://api") as client:
+        response = client.get("/v1/jobs", headers=ACME)
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "unavailable" and "Retry-After" in response.headers

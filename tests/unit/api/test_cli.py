@@ -146,3 +146,14 @@ def test_usage_errors_are_one_line_and_exit_2() -> None:
         "voicelane: error: the following arguments are required: -o/--output "
         "(see voicelane render --help)"
     ]
+
+
+def test_a_bad_setting_exits_2_with_one_line_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("VOICELANE_DEV_MODE", "1")
+    monkeypatch.setenv("VOICELANE_CALLBACK_ALLOW", "not a host!")
+    monkeypatch.delenv("VOICELANE_DEBUG", raising=False)
+    assert main(["api", "--port", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "VOICELANE_CALLBACK_ALLOW" in err[0], err

@@ -472,3 +472,31 @@ def test_an_engine_that_cannot_batch_caps_the_batch_and_never_waits(clock: FakeC
             f.result(T)  # no clock movement needed: a batch of one is always full
         assert [len(b) for b in engine.batches] == [1, 1, 1]
         assert batcher.max_batch == 1
+
+
+def test_batch_heads_go_round_the_groups_so_a_small_tenant_is_not_stuck(
+    engine: RecordingEngine, clock: FakeClock
+) -> None:
+    for batcher in make(engine, clock, max_batch=1):
+        engine.hold()
+        engine.entered.clear()
+        first = batcher.submit(u("warm"))
+        assert engine.entered.wait(T)
+        big = [batcher.submit(u(f"big{i}"), group="books") for i in range(4)]
+        small = [batcher.submit(u(f"small{i}"), group="one-liner") for i in range(2)]
+        live = batcher.submit(u("live"), priority=Priority.REALTIME)
+        engine.release()
+        for future in (first, *big, *small, live):
+            future.result(T)
+        order = [x.text for b in engine.batches for x in b]
+        # Real time first; then the groups take turns; FIFO within a group.
+        assert order == ["warm", "live", "big0", "small0", "big1", "small1", "big2", "big3"]
+
+
+def test_batches_of_one_group_keep_their_order(engine: RecordingEngine, clock: FakeClock) -> None:
+    for batcher in make(engine, clock, max_batch=2):
+        futures = [batcher.submit(u(f"t{i}"), group="only") for i in range(6)]
+        assert batcher.settle(T)
+        for future in futures:
+            future.result(T)
+        assert [texts(b) for b in engine.batches] == [["t0", "t1"], ["t2", "t3"], ["t4", "t5"]]

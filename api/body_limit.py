@@ -1,0 +1,95 @@
+"""Request bodies are bounded while they stream in, never buffered whole first.
+
+:class:`BodyLimit` is ASGI middleware in front of the REST app. Each route has a limit
+(:func:`limit_for`): a job may carry ``max_upload_bytes`` (plus room for a multipart
+envelope and the other fields), OpenAI's speech route 1 MiB, anything else 64 KiB. A body
+that announces more (``Content-Length``) is refused at once with 413 without reading a byte;
+one that streams in (chunked) is counted as it arrives and refused the moment it passes the
+limit — the route sees :class:`~core.errors.TextTooLargeError`, which the app's error handler
+turns into its 413 JSON body.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from core.errors import TextTooLargeError
+
+KIB = 1024
+DEFAULT_LIMIT_BYTES = 64 * KIB
+"""Bodies of routes that take none or a small JSON object (cancel, lookups)."""
+ENVELOPE_BYTES = 64 * KIB
+"""Room for a multipart envelope and the fields beside the text of a job."""
+
+
+def route_limits(max_upload_bytes: int, speech_bytes: int) -> Callable[[str, str], int]:
+    """The limit of each route of the REST app, by method and path."""
+
+    def limit_for(method: str, path: str) -> int:
+        if method == "POST" and path.rstrip("/") == "/v1/jobs":
+            return max_upload_bytes + ENVELOPE_BYTES
+        if method == "POST" and path.rstrip("/") == "/v1/audio/speech":
+            return speech_bytes
+        return DEFAULT_LIMIT_BYTES
+
+    return limit_for
+
+
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over their route's limit (413)."""
+
+    def __init__(self, app: ASGIApp, limit_for: Callable[[str, str], int]) -> None:
+        self.app = app
+        self.limit_for = limit_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope["method"], scope["path"])
+        announced = _content_length(scope)
+        if announced is not None and announced > limit:
+            await _refuse(send, f"request body of {announced:,} bytes is over {limit:,} bytes")
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise TextTooLargeError(f"request body is over {limit:,} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _refuse(send: Send, message: str) -> None:
+    error = TextTooLargeError(message)
+    body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.http_status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,1 @@
+"""Chaos tests: real processes, killed, paused and restarted under load."""
