@@ -109,6 +109,7 @@ async def stop_front(front: Front, grace_s: float) -> None:
     front.service.gateway.draining = True
     await front.server.stop(grace_s)
     await front.service.gateway.wait_background()
+    await front.service.gateway.close()
     log.info("gRPC front stopped")
 
 

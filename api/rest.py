@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import redis
 from anyio import CapacityLimiter
@@ -90,10 +92,17 @@ def create_app(
             total=settings.websocket_max_connections,
         ),
     )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await state.streams.close()  # the stream gateway's output reader
+
     app = FastAPI(
         title="voicelane",
         version="0.1.0",
         description="Self-hosted speech rendering: batch jobs and live streams.",
+        lifespan=lifespan,
     )
     app.state.voicelane = state
     app.add_middleware(

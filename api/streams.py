@@ -15,7 +15,8 @@ it came through:
    (:class:`core.realtime_lane.RealtimeClient`) with an absolute deadline (the client's,
    capped at ``max_deadline_s``) and the encoding the front needs (Opus packets, a file, raw
    PCM);
-4. *relay* — the request's output stream becomes :class:`StreamChunk` values as it grows,
+4. *relay* — the request's output stream becomes :class:`StreamChunk` values as it grows
+   (read together with the front's other streams by :class:`~api.output_reader.OutputReader`),
    with the lane's liveness rules: ``UNAVAILABLE`` when no worker picks the request up in
    time, or when its worker's heartbeat lapsed and nobody took over;
 5. *close* — a stream that did not reach its end (client gone, error) gets its request
@@ -39,6 +40,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
 from api.engines import EngineRegistry
+from api.output_reader import OutputReader, Subscription
 from core.audio.stream import StreamEncoding, stream_sample_rates
 from core.errors import (
     DeadlineExceededError,
@@ -80,6 +82,9 @@ log = logging.getLogger(__name__)
 DEFAULT_CAPACITY_TTL_S = 0.075
 DEFAULT_BLOCK_MS = 150
 TENANT_TTL_MARGIN_S = 60
+LIVENESS_CHECK_S = 1.0
+"""A quiet stream's liveness (heartbeat, clocks) is checked at most this often (less when the
+liveness timeouts are shorter than four of it)."""
 NO_CAPACITY_RETRY_S = 0.5
 """Retry hint when the lane is full (a slot frees as soon as any stream ends)."""
 TENANT_SLOT_RETRY_S = 1.0
@@ -102,6 +107,8 @@ class StreamAsk:
     client_ts_ms: int = 0
     request_id: str | None = None
     """An id the client chose (it can resume with it); None: the gateway makes one."""
+    paced: bool = True
+    """Live: synthesised just ahead of playback. False: file-style, as fast as possible."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +265,11 @@ class Stream:
             picked_up=picked_up,
         )
         self._block_ms = gateway.block_ms
+        self._check_every_s = min(
+            LIVENESS_CHECK_S, rt.claim_timeout_s / 4, rt.unavailable_after_s / 4
+        )
+        self._subscription: Subscription | None = None
+        """The stream's output, through the gateway's reader (while :meth:`chunks` runs)."""
         self._client_gone = client_gone
         self._last_seq = after_seq
         self._captions: list[OutputEvent] = []
@@ -272,33 +284,47 @@ class Stream:
         await self.close()
 
     async def chunks(self) -> AsyncGenerator[StreamChunk, None]:
-        after_id = "0-0"
-        while True:
-            if self._client_gone():
-                # grpc.aio cancels a handler whose client left, but can lose that
-                # cancellation (see api.grpc_service.client_gone): never outlive the client;
-                # the adapter's close() then cancels the request.
-                return
-            if now_ms() >= self._deadline_ms:
-                raise DeadlineExceededError("the stream's deadline passed")
-            block_ms = max(1, min(self._block_ms, self._deadline_ms - now_ms()))
-            entries = await self._lane.read_output(self.lane_id, after_id, block_ms)
-            if not entries:
-                await self._liveness.check_idle()
-                continue
-            self._liveness.output_seen()
-            for entry_id, event in entries:
-                after_id = entry_id
-                chunk = self._accept(event)
-                if chunk is not None:
-                    self.chunks_sent += 1
-                    yield chunk
-                if self.finished:
+        """The output as it arrives, through the gateway's output reader (one XREAD per round
+        for all the front's streams); when nothing came for ``block_ms``, the liveness rules
+        decide whether to go on waiting."""
+        subscription = self._subscription = self._gateway.reader.subscribe(self.lane_id)
+        last_check = time.monotonic()
+        try:
+            while True:
+                if self._client_gone():
+                    # grpc.aio cancels a handler whose client left, but can lose that
+                    # cancellation (see api.grpc_service.client_gone): never outlive the
+                    # client; the adapter's close() then cancels the request.
                     return
+                if now_ms() >= self._deadline_ms:
+                    raise DeadlineExceededError("the stream's deadline passed")
+                block_ms = max(1, min(self._block_ms, self._deadline_ms - now_ms()))
+                entries = await subscription.get(block_ms / 1000)
+                if not entries:
+                    # Heartbeat and clocks, a few times per liveness period: not after every
+                    # quiet block (a live stream is quiet between its chunks).
+                    now = time.monotonic()
+                    if now - last_check >= self._check_every_s:
+                        last_check = now
+                        await self._liveness.check_idle()
+                    continue
+                last_check = time.monotonic()
+                self._liveness.output_seen()
+                for _, event in entries:
+                    chunk = self._accept(event)
+                    if chunk is not None:
+                        self.chunks_sent += 1
+                        yield chunk
+                    if self.finished:
+                        return
+        finally:
+            subscription.close()
 
     async def close(self) -> None:
         """Cancel the request unless it reached its end, and give the tenant's slot back
         (neither while the server drains: the stream goes on, to be resumed)."""
+        if self._subscription is not None:
+            self._subscription.close()
         if self.closed or self._gateway.draining:
             return
         self.closed = True
@@ -390,6 +416,8 @@ class StreamGateway:
         self.min_deadline_s = min_deadline_s
         self.draining = False
         """Shutting down: streams cut by the shutdown are left running, to be resumed."""
+        self.reader = OutputReader(lane, block_ms=block_ms)
+        """Reads every open stream's output (one XREAD per round); stopped by :meth:`close`."""
         self._background: set[asyncio.Task[None]] = set()
 
     async def capabilities(self) -> EngineCapabilities:
@@ -500,6 +528,10 @@ class StreamGateway:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
+    async def close(self) -> None:
+        """The front stops: stop the output reader (the lane is its owner's to close)."""
+        await self.reader.close()
+
     # ---- internals ---------------------------------------------------------------------------
 
     async def _request(
@@ -520,6 +552,7 @@ class StreamGateway:
             speed=options.speed,
             client_ts_ms=client_ts_ms,
             encoding=ask.encoding,
+            paced=ask.paced,
         )
 
     async def _options(self, ask: StreamAsk) -> SpeechOptions:

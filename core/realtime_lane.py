@@ -18,6 +18,8 @@ Keys (prefix ``vl:rt:``) — this module is the only code that builds them:
 * ``tenant-streams:{tenant}`` — the tenant's open streams (sorted set, scored by deadline),
   for its concurrent-streams quota;
 * ``workers`` — hash: worker → ``{"free": slots, "ts": unix seconds}``, for admission control;
+* ``wake:{reader}`` — a front's output reader's wake stream (one entry, short TTL): a front
+  appends to it to end the reader's pending blocking XREAD early (a stream was added);
 * ``vl:engine:{engine}`` — the engine's capabilities (voices, speed range) as its workers
   publish them, for the fronts' request rules (:mod:`core.rules`).
 
@@ -40,7 +42,7 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -61,6 +63,8 @@ CAPABILITIES_KEY = "vl:engine:{engine}"
 
 OUTPUT_MAXLEN = 100_000
 """Output entries kept per request (an entry holds up to a few hundred ms of audio)."""
+WAKE_TTL_S = 30
+"""A reader's wake stream expires this long after its last wake (its front may be gone)."""
 
 
 def input_key(request_id: str) -> str:
@@ -89,6 +93,10 @@ def tenant_key(request_id: str) -> str:
 
 def tenant_streams_key(tenant: str) -> str:
     return f"{PREFIX}tenant-streams:{tenant}"
+
+
+def wake_key(reader_id: str) -> str:
+    return f"{PREFIX}wake:{reader_id}"
 
 
 def lane_request_id(tenant: str, request_id: str) -> str:
@@ -169,6 +177,9 @@ class StreamRequest:
     client_ts_ms: int = 0
     encoding: StreamEncoding = StreamEncoding.OPUS
     """What the front needs: Opus packets, or the bytes of a file / raw PCM."""
+    paced: bool = True
+    """Live (True): synthesised just ahead of playback. File-style (False): as fast as the
+    worker can, for a client that stores the audio rather than plays it as it comes."""
     submitted_ms: int = field(default_factory=now_ms)
 
     def to_fields(self) -> dict[str, str]:
@@ -182,6 +193,7 @@ class StreamRequest:
             "speed": repr(self.speed),
             "client_ts_ms": str(self.client_ts_ms),
             "encoding": self.encoding.value,
+            "paced": "1" if self.paced else "0",
             "submitted_ms": str(self.submitted_ms),
         }
 
@@ -198,6 +210,7 @@ class StreamRequest:
             speed=float(f.get("speed", "1.0")),
             client_ts_ms=int(f.get("client_ts_ms", "0")),
             encoding=StreamEncoding(f.get("encoding", StreamEncoding.OPUS.value)),
+            paced=f.get("paced", "1") != "0",
             submitted_ms=int(f.get("submitted_ms", "0")),
         )
 
@@ -326,6 +339,8 @@ class RealtimeClient:
         self.redis = client
         self.settings = settings or RealtimeSettings()
         self._hold_tenant_slot = client.register_script(_HOLD_TENANT_SLOT)
+        self._url: str | None = None
+        self._socket_timeout_s = 3.0
 
     @classmethod
     def from_url(
@@ -333,7 +348,20 @@ class RealtimeClient:
     ) -> RealtimeClient:
         """A client on its own pool. The socket timeout bounds how long a front waits on a
         Redis that stopped answering (its blocking reads wait far less: ``block_ms``)."""
-        return cls(async_client(url, socket_timeout_s=socket_timeout_s), settings)
+        lane = cls(async_client(url, socket_timeout_s=socket_timeout_s), settings)
+        lane._url = url
+        lane._socket_timeout_s = socket_timeout_s
+        return lane
+
+    def twin(self) -> RealtimeClient:
+        """Another client of the same Redis with the same timeouts, on its own pool: for a
+        long blocking read that must not hold a connection the rest of the front needs.
+        (A client built around a given Redis client, not a URL, shares that client.)"""
+        if self._url is None:
+            return RealtimeClient(self.redis, self.settings)
+        return RealtimeClient.from_url(
+            self._url, self.settings, socket_timeout_s=self._socket_timeout_s
+        )
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -403,6 +431,57 @@ class RealtimeClient:
         reply = await self.redis.xread({output_key(request_id): after_id}, count=64, block=block_ms)
         return [(i, OutputEvent.from_fields(f)) for i, f in _parse_stream_reply(reply)]
 
+    async def read_outputs(
+        self,
+        after_ids: Mapping[str, str],
+        block_ms: int | None,
+        *,
+        wake: tuple[str, str] | None = None,
+        count: int = 64,
+    ) -> tuple[dict[str, list[tuple[str, OutputEvent]]], str | None]:
+        """Many requests' output in one XREAD: up to ``count`` entries per request after its
+        entry id in ``after_ids`` (request id → entry id), waiting up to ``block_ms`` for the
+        first (None: not at all). With ``wake`` (reader id, last wake entry id seen), the
+        reader's wake stream is read too, so that :meth:`wake` ends the wait early.
+
+        Returns the entries per request id (requests with none are left out) and the wake
+        cursor to pass next time (None without ``wake``)."""
+        keys = {output_key(request_id): request_id for request_id in after_ids}
+        streams: dict[str, str] = {key: after_ids[rid] for key, rid in keys.items()}
+        wake_stream = None
+        if wake is not None:
+            wake_stream = wake_key(wake[0])
+            streams[wake_stream] = wake[1]
+        if not streams:
+            return {}, None
+        reply: Any = await self.redis.xread(cast(Any, streams), count=count, block=block_ms)
+        items = reply.items() if isinstance(reply, dict) else (reply or [])
+        events: dict[str, list[tuple[str, OutputEvent]]] = {}
+        cursor = wake[1] if wake is not None else None
+        for raw_key, entries in items:
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            if key == wake_stream:
+                if entries:
+                    cursor = entries[-1][0].decode()
+                continue
+            parsed = [
+                (entry_id.decode(), OutputEvent.from_fields(fields))
+                for entry_id, fields in entries
+                if fields is not None
+            ]
+            if parsed:
+                events[keys[key]] = parsed
+        return events, cursor
+
+    async def wake(self, reader_id: str) -> None:
+        """End the reader's pending :meth:`read_outputs` early: one entry in its wake stream
+        (exactly one kept; it expires ``WAKE_TTL_S`` after the last wake)."""
+        key = wake_key(reader_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(key, {"w": "1"}, maxlen=1, approximate=False)
+        pipe.expire(key, WAKE_TTL_S)
+        await pipe.execute()
+
     async def cancel(self, request_id: str) -> None:
         await self.redis.set(cancel_key(request_id), "1", ex=int(self.settings.cancel_ttl_s))
 
@@ -456,8 +535,163 @@ class RealtimeClient:
 # ------------------------------------------------------------------------ workers (threads)
 
 
+_Parse = Callable[[list[Any]], Any]
+
+
+class WorkerBatch:
+    """Many sessions' lane calls in one round trip (a pipeline, not a transaction).
+
+    Queue calls, then :meth:`execute`: it answers, in order, each call's value — or the
+    exception that call raised, so one session's failure does not fail the others. A worker
+    serving hundreds of streams makes one round trip per round instead of one per call.
+    """
+
+    def __init__(self, lane: RealtimeWorkerClient) -> None:
+        self._lane = lane
+        self._pipe = lane.redis.pipeline(transaction=False)
+        self._calls: list[tuple[int, _Parse]] = []
+        """Per call: how many pipeline commands it queued, and how to read their replies."""
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def _add(self, commands: int, parse: _Parse) -> None:
+        self._calls.append((commands, parse))
+
+    def begin_session(self, request_id: str) -> None:
+        """Take ownership, beat once and read the input so far. Value: the input pieces."""
+        settings = self._lane.settings
+        consumer = self._lane.consumer
+        self._pipe.set(owner_key(request_id), consumer, ex=int(settings.output_ttl_s))
+        self._pipe.set(heartbeat_key(request_id), consumer, px=int(settings.heartbeat_ttl_s * 1000))
+        self._pipe.xrange(input_key(request_id))
+        self._add(3, lambda r: [(entry_id.decode(), _piece(fields)) for entry_id, fields in r[2]])
+
+    def append_output(self, request_id: str, *events: OutputEvent) -> None:
+        """Append events while this worker owns the request. Value: False if another worker
+        owns it now."""
+        flat: list[bytes | str | int] = []
+        for event in events:
+            fields = event.to_fields()
+            flat.append(2 * len(fields))
+            for name, value in fields.items():
+                flat += [name, value]
+        # EVAL, not a registered script's EVALSHA: in a pipeline redis-py checks registered
+        # scripts with SCRIPT EXISTS before every execute, a second round trip per round.
+        # Redis caches the compiled script by its hash either way.
+        self._pipe.eval(
+            _APPEND_IF_OWNER,
+            2,
+            owner_key(request_id),
+            output_key(request_id),
+            self._lane.consumer,
+            OUTPUT_MAXLEN,
+            int(self._lane.settings.output_ttl_s),
+            *flat,
+        )
+        self._add(1, lambda r: bool(r[0]))
+
+    def cancelled(self, request_ids: Sequence[str]) -> None:
+        """Value: the set of those requests whose client cancelled them."""
+        ids = list(request_ids)
+        if not ids:
+            self._add(0, lambda _: set[str]())
+            return
+        self._pipe.mget([cancel_key(i) for i in ids])
+        self._add(1, lambda r: {i for i, mark in zip(ids, r[0], strict=True) if mark})
+
+    def read_inputs(self, after_ids: Mapping[str, str], *, count: int = 256) -> None:
+        """One non-blocking XREAD over many requests' input. Value: ``{request id: [(entry
+        id, piece)]}`` for those with new input."""
+        if not after_ids:
+            self._add(0, lambda _: {})
+            return
+        by_key = {input_key(rid): rid for rid in after_ids}
+        streams = {input_key(rid): after for rid, after in after_ids.items()}
+        self._pipe.xread(cast(Any, streams), count=count)
+
+        def parse(replies: list[Any]) -> dict[str, list[tuple[str, InputPiece]]]:
+            out: dict[str, list[tuple[str, InputPiece]]] = {}
+            for key, entries in replies[0] or []:
+                rid = by_key[key.decode() if isinstance(key, bytes) else key]
+                out[rid] = [(i.decode(), _piece(f)) for i, f in entries if f is not None]
+            return out
+
+        self._add(1, parse)
+
+    def heartbeat(self, sessions: Sequence[tuple[str, str]], free_slots: int) -> None:
+        """Reset the idle time of the requests served (``(entry id, request id)`` pairs),
+        refresh their session heartbeats and report the free slots."""
+        settings = self._lane.settings
+        consumer = self._lane.consumer
+        ttl_ms = int(settings.heartbeat_ttl_s * 1000)
+        commands = 1
+        if sessions:
+            entry_ids: list[Any] = [entry_id for entry_id, _ in sessions]
+            self._pipe.xclaim(REQUESTS, GROUP, consumer, 0, entry_ids, justid=True)
+            commands += 1
+        for _, request_id in sessions:
+            self._pipe.set(heartbeat_key(request_id), consumer, px=ttl_ms)
+        commands += len(sessions)
+        self._pipe.hset(WORKERS, consumer, _capacity_report(free_slots))
+        self._add(commands, lambda _: None)
+
+    def report_capacity(self, free_slots: int) -> None:
+        self._pipe.hset(WORKERS, self._lane.consumer, _capacity_report(free_slots))
+        self._add(1, lambda _: None)
+
+    def finish(self, entry_id: str, request_id: str) -> None:
+        """Ack the request and drop its session keys."""
+        self._pipe.xack(REQUESTS, GROUP, entry_id)
+        self._pipe.delete(heartbeat_key(request_id), input_key(request_id))
+        self._add(2, lambda _: None)
+
+    def output_events(self, request_id: str) -> None:
+        """Value: what the request's output stream holds (a takeover continues after it)."""
+        self._pipe.xrange(output_key(request_id))
+        self._add(1, lambda r: [OutputEvent.from_fields(fields) for _, fields in r[0]])
+
+    def execute(self) -> list[Any]:
+        """Run the queued calls; per call its value or the exception it raised. A connection
+        error (Redis away) raises for the whole batch."""
+        if not self._calls:
+            return []
+        replies = self._pipe.execute(raise_on_error=False) if len(self._pipe) else []
+        results: list[Any] = []
+        position = 0
+        for commands, parse in self._calls:
+            mine = replies[position : position + commands]
+            position += commands
+            error = next((r for r in mine if isinstance(r, Exception)), None)
+            if error is not None:
+                results.append(error)
+                continue
+            try:
+                results.append(parse(mine))
+            except Exception as parse_error:
+                results.append(parse_error)
+        self._calls = []
+        return results
+
+    def execute_or_raise(self) -> list[Any]:
+        """:meth:`execute`, raising the first failed call's exception."""
+        results = self.execute()
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
+
+
+def _capacity_report(free_slots: int) -> str:
+    return json.dumps({"free": free_slots, "ts": time.time()})
+
+
 class RealtimeWorkerClient:
-    """What a GPU worker does with the lane: claim, heartbeat, read input, write output."""
+    """What a GPU worker does with the lane: claim, heartbeat, read input, write output.
+
+    Calls on many sessions' behalf go together through :meth:`batch` (one round trip); the
+    single-call methods are the same calls in a batch of one.
+    """
 
     def __init__(
         self, client: redis.Redis, consumer: str, settings: RealtimeSettings | None = None
@@ -465,13 +699,15 @@ class RealtimeWorkerClient:
         self.redis = client
         self.consumer = consumer
         self.settings = settings or RealtimeSettings()
-        self._append = client.register_script(_APPEND_IF_OWNER)
 
     @classmethod
     def from_url(
         cls, url: str, consumer: str, settings: RealtimeSettings | None = None
     ) -> RealtimeWorkerClient:
         return cls(sync_client(url, socket_timeout_s=10.0), consumer, settings)
+
+    def batch(self) -> WorkerBatch:
+        return WorkerBatch(self)
 
     def ensure_group(self) -> None:
         try:
@@ -511,18 +747,10 @@ class RealtimeWorkerClient:
         self.redis.set(heartbeat_key(request_id), self.consumer, px=ttl_ms)
 
     def heartbeat(self, sessions: Sequence[tuple[str, str]], free_slots: int) -> None:
-        """One round trip for everything alive: reset the idle time of the requests this
-        worker serves (``(entry id, request id)`` pairs), refresh their session heartbeats
-        and report the free real-time slots."""
-        ttl_ms = int(self.settings.heartbeat_ttl_s * 1000)
-        pipe = self.redis.pipeline(transaction=False)
-        if sessions:
-            entry_ids: list[Any] = [entry_id for entry_id, _ in sessions]
-            pipe.xclaim(REQUESTS, GROUP, self.consumer, 0, entry_ids, justid=True)
-        for _, request_id in sessions:
-            pipe.set(heartbeat_key(request_id), self.consumer, px=ttl_ms)
-        pipe.hset(WORKERS, self.consumer, json.dumps({"free": free_slots, "ts": time.time()}))
-        pipe.execute()
+        """One round trip for everything alive (see :meth:`WorkerBatch.heartbeat`)."""
+        batch = self.batch()
+        batch.heartbeat(sessions, free_slots)
+        batch.execute_or_raise()
 
     def read_input(
         self, request_id: str, after_id: str, block_ms: int
@@ -532,14 +760,10 @@ class RealtimeWorkerClient:
 
     def begin_session(self, request_id: str) -> list[tuple[str, InputPiece]]:
         """Take ownership, beat once and read the input so far: one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(owner_key(request_id), self.consumer, ex=int(self.settings.output_ttl_s))
-        pipe.set(
-            heartbeat_key(request_id), self.consumer, px=int(self.settings.heartbeat_ttl_s * 1000)
-        )
-        pipe.xrange(input_key(request_id))
-        _, _, entries = pipe.execute()
-        return [(entry_id.decode(), _piece(fields)) for entry_id, fields in entries]
+        batch = self.batch()
+        batch.begin_session(request_id)
+        (pieces,) = batch.execute_or_raise()
+        return cast(list[tuple[str, InputPiece]], pieces)
 
     def take_ownership(self, request_id: str) -> None:
         """From now on only this worker may write the request's output."""
@@ -547,32 +771,25 @@ class RealtimeWorkerClient:
 
     def append_output(self, request_id: str, *events: OutputEvent) -> bool:
         """Append events (one round trip); False if another worker owns the request now."""
-        flat: list[bytes | str | int] = []
-        for event in events:
-            fields = event.to_fields()
-            flat.append(2 * len(fields))
-            for name, value in fields.items():
-                flat += [name, value]
-        return bool(
-            self._append(
-                keys=[owner_key(request_id), output_key(request_id)],
-                args=[self.consumer, OUTPUT_MAXLEN, int(self.settings.output_ttl_s), *flat],
-            )
-        )
+        batch = self.batch()
+        batch.append_output(request_id, *events)
+        (appended,) = batch.execute_or_raise()
+        return bool(appended)
 
     def output_events(self, request_id: str) -> list[OutputEvent]:
-        entries = cast(list[Any], self.redis.xrange(output_key(request_id)))
-        return [OutputEvent.from_fields(fields) for _, fields in entries]
+        batch = self.batch()
+        batch.output_events(request_id)
+        (events,) = batch.execute_or_raise()
+        return cast(list[OutputEvent], events)
 
     def cancelled(self, request_id: str) -> bool:
         return bool(self.redis.exists(cancel_key(request_id)))
 
     def finish(self, entry_id: str, request_id: str) -> None:
         """Ack the request, drop its session keys, and trim what no one needs any more."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xack(REQUESTS, GROUP, entry_id)
-        pipe.delete(heartbeat_key(request_id), input_key(request_id))
-        pipe.execute()
+        batch = self.batch()
+        batch.finish(entry_id, request_id)
+        batch.execute_or_raise()
         self.trim()
 
     def trim(self) -> None:
@@ -598,8 +815,7 @@ class RealtimeWorkerClient:
         self.redis.xtrim(REQUESTS, minid=oldest, approximate=False)
 
     def report_capacity(self, free_slots: int) -> None:
-        report = json.dumps({"free": free_slots, "ts": time.time()})
-        self.redis.hset(WORKERS, self.consumer, report)
+        self.redis.hset(WORKERS, self.consumer, _capacity_report(free_slots))
 
     def withdraw(self) -> None:
         self.redis.hdel(WORKERS, self.consumer)

@@ -129,6 +129,14 @@ class AudioStream:
         self._on_cancel = on_cancel
         self._cancelled = threading.Event()
         self._finished = False
+        self._listener: Callable[[], None] | None = None
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the batcher's thread; keep it short) whenever something new
+        can be read: for a reader that is not a thread, e.g. an asyncio task."""
+        self._listener = callback
+        if not self._queue.empty():
+            callback()
 
     @property
     def cancelled(self) -> bool:
@@ -138,7 +146,7 @@ class AudioStream:
         """Stop this utterance: queued, it never runs; running, it gets no more audio."""
         if not self._cancelled.is_set():
             self._cancelled.set()
-            self._queue.put(self._END)
+            self._offer(self._END)
             self._on_cancel()
 
     def read(self, timeout_s: float | None = None) -> PcmF32 | None:
@@ -149,6 +157,19 @@ class AudioStream:
             entry = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             raise TimeoutError(f"no audio within {timeout_s} s") from None
+        return self._take(entry)
+
+    def read_nowait(self) -> PcmF32 | None:
+        """The next chunk, or None at the end; BlockingIOError when none is ready yet."""
+        if self._finished:
+            return None
+        try:
+            entry = self._queue.get_nowait()
+        except queue.Empty:
+            raise BlockingIOError("no audio ready") from None
+        return self._take(entry)
+
+    def _take(self, entry: object) -> PcmF32 | None:
         if entry is self._END:
             self._finished = True
             return None
@@ -165,10 +186,16 @@ class AudioStream:
     # -- scheduler side --
     def _put(self, chunk: PcmF32) -> None:
         if not self._cancelled.is_set():
-            self._queue.put(chunk)
+            self._offer(chunk)
 
     def _end(self, error: BaseException | None = None) -> None:
-        self._queue.put(error if error is not None else self._END)
+        self._offer(error if error is not None else self._END)
+
+    def _offer(self, entry: object) -> None:
+        self._queue.put(entry)
+        listener = self._listener
+        if listener is not None:
+            listener()
 
 
 @dataclass(eq=False, slots=True)

@@ -1,21 +1,33 @@
 """The real-time consumer: serves the lane's stream requests inside a GPU worker process.
 
 It shares the worker's one batcher with the batch lane and submits at ``realtime``
-priority, so a live voice never waits behind a book. One thread claims requests from the
-Redis stream (new ones with XREADGROUP, abandoned ones with XAUTOCLAIM), refreshes the
-heartbeats of the sessions it serves and reports free slots for the fronts' admission
-control; each session runs in its own thread:
+priority, so a live voice never waits behind a book. Three threads serve any number of
+streams:
 
-1. drop it if its deadline passed (it never reaches a batch) or the voice is unknown;
-2. read its text as it arrives and cut it into sentences (``core.text``), sentence by
+* "realtime-claims" claims requests from the Redis stream (new ones with XREADGROUP,
+  abandoned ones with XAUTOCLAIM) while slots are free;
+* "realtime-loop" runs every session as an asyncio task: a session waiting for its
+  sentence, for playback to catch up or for more text costs nothing;
+* "realtime-io" (:class:`workers.realtime_io.LaneIO`) sends all sessions' Redis calls —
+  output appends, cancel checks, input reads, heartbeats, the capacity report for the
+  fronts' admission control — as one pipeline per round.
+
+A session:
+
+1. drops the request if its deadline passed (it never reaches a batch) or the voice is
+   unknown;
+2. reads its text as it arrives and cuts it into sentences (``core.text``), sentence by
    sentence as they complete (Converse) or all at once (Synthesize);
-3. submit the next sentence to the batcher only while less than ``lookahead_s`` of audio
-   is ahead of playback — real-time work stays just ahead of the listener;
-4. resample, encode in the request's encoding — 20 ms Opus packets (the first goes out
+3. live (``paced``, the default): submits the next sentence to the batcher only while less
+   than ``lookahead_s`` of audio is ahead of playback, and encodes at most
+   ``encode_ahead_s`` ahead — real-time work stays just ahead of the listener. File-style
+   (``paced`` false): as fast as the batcher delivers;
+4. resamples, encodes in the request's encoding — 20 ms Opus packets (the first goes out
    alone, then ``frames_per_chunk`` per entry), or the bytes of a file / raw PCM for a front
-   that needs those — and append to the request's output stream with contiguous ``seq`` and
+   that needs those — and appends to the request's output stream with contiguous ``seq`` and
    ``pts_ms``, a caption before each sentence's audio, ``end`` last;
-5. check the cancel mark between chunks: a cancelled stream stops within one batch step.
+5. stops when its client cancels (the cancel marks are polled for all sessions at once):
+   a cancelled stream stops within one batch step.
 
 A worker that takes over a dead worker's request continues after the last sentence that
 had started: the client may hear a gap, never a repeated or reordered ``seq``. (A byte
@@ -26,18 +38,18 @@ UNAVAILABLE.) Only the request's current owner can append
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import enum
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 from core.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
 from core.audio.stream import ByteStreamEncoder
 from core.errors import (
-    CancelledError,
     DeadlineExceededError,
     ShuttingDownError,
     UnavailableError,
@@ -55,18 +67,25 @@ from core.realtime_lane import (
 )
 from core.settings import RealtimeSettings
 from core.text import Segment, split_sentences
-from workers.batcher import Batcher, Priority
+from workers.batcher import AudioStream, Batcher, Priority
 from workers.engines import PcmF32, Utterance
+from workers.realtime_io import LaneIO
 
 log = logging.getLogger(__name__)
 
 _READ_BLOCK_MS = 100
 _POLL_S = 0.02
-_CANCEL_CHECK_S = 0.05
 
 
 class _SupersededError(Exception):
     """Another worker owns the request now: stop without writing anything more."""
+
+
+class _Stop(enum.Enum):
+    """Why a session's task was cancelled."""
+
+    CLIENT = "the client cancelled"
+    SHUTDOWN = "the worker is stopping"
 
 
 FIRST_SLICE_S = 0.04
@@ -86,14 +105,22 @@ def _slices(pcm: PcmF32, rate_hz: int, started: bool) -> Iterator[PcmF32]:
         yield pcm[start : start + step]
 
 
+@dataclass(frozen=True, slots=True)
+class _Audio:
+    """One output entry's audio: its seq, pieces (Opus packets or file bytes) and pts."""
+
+    seq: int
+    data: tuple[bytes, ...]
+    pts_ms: int
+    sentence: int
+
+
 class _OpusOutput:
     """Encodes 20 ms Opus packets and groups them into output entries: the very first packet
     alone (time to first audio), then ``frames_per_chunk`` per entry; keeps ``seq``
     contiguous and ``pts_ms``."""
 
-    def __init__(self, session: Session, resume: _Resume, rate_hz: int) -> None:
-        settings = session.settings
-        self.session = session
+    def __init__(self, settings: RealtimeSettings, resume: _Resume, rate_hz: int) -> None:
         self.encoder = OpusStreamEncoder(rate_hz, bitrate_bps=settings.opus_bitrate_bps)
         self.seq = resume.next_seq
         self.sent_ms = resume.pts_ms
@@ -106,39 +133,39 @@ class _OpusOutput:
     def produced_ms(self) -> int:
         return self.sent_ms + FRAME_DURATION_MS * len(self.pending)
 
-    def write(self, pcm: PcmF32, sentence: int) -> None:
+    def write(self, pcm: PcmF32, sentence: int) -> list[_Audio]:
         self.pending.extend(self.encoder.encode(pcm))
-        self.drain(sentence, final=False)
+        return self.drain(sentence, final=False)
 
-    def end_sentence(self, sentence: int) -> None:
-        self.drain(sentence, final=True)
+    def end_sentence(self, sentence: int) -> list[_Audio]:
+        return self.drain(sentence, final=True)
 
-    def close(self) -> None:
+    def close(self) -> list[_Audio]:
         self.pending.extend(self.encoder.flush())
-        self.drain(-1, final=True)
+        return self.drain(-1, final=True)
 
-    def drain(self, sentence: int, *, final: bool) -> None:
+    def drain(self, sentence: int, *, final: bool) -> list[_Audio]:
+        out: list[_Audio] = []
         while self.pending:
             size = min(self.frames_per_chunk, len(self.pending)) if self.first_sent else 1
             if size < self.frames_per_chunk and self.first_sent and not final:
-                return
-            self.session.audio(self.seq, self.pending[:size], self.sent_ms, sentence)
+                break
+            out.append(_Audio(self.seq, tuple(self.pending[:size]), self.sent_ms, sentence))
             self.seq += 1
             self.sent_ms += FRAME_DURATION_MS * size
             self.pending = self.pending[size:]
             self.first_sent = True
+        return out
 
 
 class _ByteOutput:
     """Encodes a byte stream (a file, or raw PCM) and appends its pieces as they are ready;
     ``pts_ms`` of a piece is the audio written before it."""
 
-    def __init__(self, session: Session, rate_hz: int) -> None:
-        request = session.request
-        self.session = session
-        self.rate_hz = rate_hz
+    def __init__(self, request: StreamRequest, settings: RealtimeSettings) -> None:
+        self.rate_hz = request.sample_rate_hz
         self.encoder = ByteStreamEncoder(
-            request.encoding, rate_hz, bitrate_bps=session.settings.opus_bitrate_bps
+            request.encoding, self.rate_hz, bitrate_bps=settings.opus_bitrate_bps
         )
         self.seq = 0
         self.sent_ms = 0
@@ -148,21 +175,23 @@ class _ByteOutput:
     def produced_ms(self) -> int:
         return self.encoder.samples_in * 1000 // self.rate_hz
 
-    def write(self, pcm: PcmF32, sentence: int) -> None:
-        self._send(self.encoder.encode(pcm), sentence)
+    def write(self, pcm: PcmF32, sentence: int) -> list[_Audio]:
+        return self._send(self.encoder.encode(pcm), sentence)
 
-    def end_sentence(self, sentence: int) -> None:
-        pass
+    def end_sentence(self, sentence: int) -> list[_Audio]:
+        return []
 
-    def close(self) -> None:
-        self._send(self.encoder.close(), -1)
+    def close(self) -> list[_Audio]:
+        return self._send(self.encoder.close(), -1)
 
-    def _send(self, data: bytes, sentence: int) -> None:
+    def _send(self, data: bytes, sentence: int) -> list[_Audio]:
+        out = []
         if data:
-            self.session.audio(self.seq, [data], self.sent_ms, sentence)
+            out.append(_Audio(self.seq, (data,), self.sent_ms, sentence))
             self.seq += 1
             self.first_sent = True
         self.sent_ms = self.produced_ms
+        return out
 
 
 @dataclass
@@ -217,7 +246,7 @@ class SentenceCutter:
 
 
 class Session:
-    """One stream request, served on its own thread."""
+    """One stream request, served as an asyncio task on the consumer's loop."""
 
     def __init__(
         self,
@@ -228,7 +257,7 @@ class Session:
         takeover: bool,
     ) -> None:
         self.consumer = consumer
-        self.lane = consumer.lane
+        self.io = consumer.io
         self.entry_id = entry_id
         self.request = request
         self.takeover = takeover
@@ -237,76 +266,102 @@ class Session:
         self._started_at: float | None = None
         self._held: list[OutputEvent] = []
         self._first_input: list[tuple[str, InputPiece]] = []
+        self.task: asyncio.Task[None] | None = None
+        self.stopped: _Stop | None = None
+        self._running = False
         self.done = threading.Event()
 
+    def stop(self, reason: _Stop) -> None:
+        """Cancel the session's task (on the loop): it stops at its next await."""
+        if self.stopped is not None:
+            return
+        self.stopped = reason
+        if self.task is not None and self._running:
+            self.task.cancel()
+        # Not running yet: run() sees ``stopped`` first thing (a task cancelled before its
+        # first step would never run its cleanup).
+
     # ------------------------------------------------------------------ entry point
-    def run(self) -> None:
+    async def run(self) -> None:
         rid = self.request.request_id
         acknowledge = True
+        self._running = True
         try:
-            self._serve()
+            if self.stopped is not None:
+                raise asyncio.CancelledError
+            await self._serve()
+        except asyncio.CancelledError:
+            if self.stopped is _Stop.CLIENT:
+                log.info("request %s cancelled by its client", rid)
+            else:
+                log.info("request %s left for another worker (shutting down)", rid)
+                acknowledge = False  # pending: another worker reclaims it
         except _SupersededError:
             log.info("request %s: another worker took it over", rid)
             acknowledge = False  # its new owner acknowledges it
         except ShuttingDownError:
             log.info("request %s left for another worker (shutting down)", rid)
-            acknowledge = False  # pending: another worker reclaims it
-        except CancelledError:
-            log.info("request %s cancelled by its client", rid)
+            acknowledge = False
         except VoicelaneError as error:
-            self._error(grpc_status_name(error), error.message)
+            await self._error(grpc_status_name(error), error.message)
         except Exception as error:
             log.exception("request %s failed", rid)
-            self._error("INTERNAL", f"{type(error).__name__}: {error}")
+            await self._error("INTERNAL", f"{type(error).__name__}: {error}")
+        try:
+            if acknowledge:
+                await self.io.finish(self.entry_id, rid)
+        except Exception as error:
+            log.warning("request %s: could not acknowledge it: %s", rid, error)
         finally:
             self.done.set()
             self.consumer.session_ended(self)
-        if acknowledge:
-            self.lane.finish(self.entry_id, rid)
 
-    def _error(self, code: str, message: str) -> None:
-        with contextlib.suppress(_SupersededError):
-            self._append(OutputEvent(EventKind.ERROR, code=code, text=message))
+    async def _error(self, code: str, message: str) -> None:
+        with contextlib.suppress(_SupersededError, asyncio.CancelledError, Exception):
+            await self._append([OutputEvent(EventKind.ERROR, code=code, text=message)])
 
-    def _append(self, event: OutputEvent) -> None:
-        """Append ``event`` (and any held captions before it, in the same round trip)."""
-        events = [*self._held, event]
+    async def _append(self, events: list[OutputEvent]) -> None:
+        """Append ``events`` (and any held captions before them) in one round."""
+        if not events:
+            return
+        events = [*self._held, *events]
         self._held = []
-        if not self.lane.append_output(self.request.request_id, *events):
+        if not await self.io.append(self.request.request_id, events):
             raise _SupersededError
 
     def _hold(self, event: OutputEvent) -> None:
-        """A caption waits for its sentence's first audio: one round trip, not two."""
+        """A caption waits for its sentence's first audio: one append, not two."""
         self._held.append(event)
 
     # ------------------------------------------------------------------ serving
-    def _serve(self) -> None:
+    async def _serve(self) -> None:
         request = self.request
         rid = request.request_id
-        self._first_input = self.lane.begin_session(rid)
-        resume = self._resume_point() if self.takeover else _Resume()
+        self._first_input = await self.io.begin_session(rid)
+        resume = await self._resume_point() if self.takeover else _Resume()
         if resume.ended:
             return
         if request.expired:
-            self._append(
-                OutputEvent(EventKind.ERROR, code="DEADLINE_EXCEEDED", text="deadline passed")
+            await self._append(
+                [OutputEvent(EventKind.ERROR, code="DEADLINE_EXCEEDED", text="deadline passed")]
             )
             return
-        self.batcher.engine.validate(Utterance("check", request.voice, request.speed))
+        engine = self.batcher.engine
+        engine.validate(Utterance("check", request.voice, request.speed))
         out: _OpusOutput | _ByteOutput
         if request.encoding.packets:
-            out = _OpusOutput(self, resume, request.sample_rate_hz)
+            out = _OpusOutput(self.settings, resume, request.sample_rate_hz)
         elif resume.next_seq:
             raise UnavailableError(
                 "the worker serving this stream stopped mid-file; request it again"
             )
         else:
-            out = _ByteOutput(self, request.sample_rate_hz)
-        resampler = StreamResampler(self.batcher.engine.sample_rate_hz, request.sample_rate_hz)
-        for sentence in self._sentences():
+            out = _ByteOutput(request, self.settings)
+        resampler = StreamResampler(engine.sample_rate_hz, request.sample_rate_hz)
+        async for sentence in self._sentences():
             if sentence.index < resume.next_sentence:
                 continue
-            self._pace(out.produced_ms, self.settings.lookahead_s)
+            await self._pace(out.produced_ms, self.settings.lookahead_s)
             seg = sentence.segment
             self._hold(
                 OutputEvent(
@@ -319,76 +374,73 @@ class Session:
                     sentence=sentence.index,
                 )
             )
-            for pcm in self._speak(seg.text):
-                for piece in _slices(pcm, self.batcher.engine.sample_rate_hz, out.first_sent):
-                    # Encode just ahead of playback: leaves the CPU to other streams' first
-                    # packets instead of encoding a whole sentence nobody hears yet.
-                    self._pace(out.produced_ms, self.settings.encode_ahead_s)
-                    out.write(resampler.process(piece), sentence.index)
-            out.write(resampler.flush(), sentence.index)
-            out.end_sentence(sentence.index)
-        out.close()
-        self._append(OutputEvent(EventKind.END, seq=out.seq, pts_ms=out.produced_ms))
+            async with contextlib.aclosing(self._speak(seg.text)) as audio:
+                async for pcm in audio:
+                    for piece in _slices(pcm, engine.sample_rate_hz, out.first_sent):
+                        # Encode just ahead of playback: leaves the CPU to other streams'
+                        # first packets instead of encoding a whole sentence nobody hears yet.
+                        await self._pace(out.produced_ms, self.settings.encode_ahead_s)
+                        await self._send(out.write(resampler.process(piece), sentence.index))
+            await self._send(out.write(resampler.flush(), sentence.index))
+            await self._send(out.end_sentence(sentence.index))
+        await self._send(out.close())
+        await self._append([OutputEvent(EventKind.END, seq=out.seq, pts_ms=out.produced_ms)])
         log.info("request %s done: %d chunks, %.1f s", rid, out.seq, out.produced_ms / 1000)
 
-    def audio(self, seq: int, packets: list[bytes], pts_ms: int, sentence: int) -> None:
-        self._append(
-            OutputEvent(
-                EventKind.AUDIO,
-                seq=seq,
-                data=tuple(packets),
-                pts_ms=pts_ms,
-                sample_rate_hz=self.request.sample_rate_hz,
-                server_ts_ms=now_ms(),
-                client_ts_ms=self.request.client_ts_ms,
-                sentence=sentence,
-            )
+    async def _send(self, pieces: list[_Audio]) -> None:
+        if not pieces:
+            return
+        request = self.request
+        await self._append(
+            [
+                OutputEvent(
+                    EventKind.AUDIO,
+                    seq=piece.seq,
+                    data=piece.data,
+                    pts_ms=piece.pts_ms,
+                    sample_rate_hz=request.sample_rate_hz,
+                    server_ts_ms=now_ms(),
+                    client_ts_ms=request.client_ts_ms,
+                    sentence=piece.sentence,
+                )
+                for piece in pieces
+            ]
         )
         if self._started_at is None:
             self._started_at = time.monotonic()
 
-    def _speak(self, text: str) -> Iterator[PcmF32]:
-        """The sentence's PCM as the batcher streams it; stops on cancel or deadline."""
+    async def _speak(self, text: str) -> AsyncGenerator[PcmF32, None]:
+        """The sentence's PCM as the batcher streams it; cancelling the session's task (or
+        leaving early) cancels the utterance in the batcher."""
         deadline_s = time.monotonic() + (self.request.deadline_ms - now_ms()) / 1000
         stream = self.batcher.submit_stream(
             Utterance(text, self.request.voice, self.request.speed),
             priority=Priority.REALTIME,
             deadline_s=deadline_s,
         )
+        ready = asyncio.Event()
+        stream.listen(_waker(asyncio.get_running_loop(), ready))
         try:
             while True:
-                self._check_cancelled()
-                try:
-                    chunk = stream.read(timeout_s=0.05)
-                except TimeoutError:
-                    continue
+                chunk = await _next_chunk(stream, ready)
                 if chunk is None:
-                    self._check_cancelled()
                     return
                 yield chunk
         finally:
             stream.cancel()
 
-    def _check_cancelled(self) -> None:
-        if self.consumer.closing.is_set():
-            raise ShuttingDownError("worker stopping")
-        if self.lane.cancelled(self.request.request_id):
-            raise CancelledError("cancelled by the client")
-
-    def _pace(self, produced_pts_ms: int, ahead_s: float) -> None:
-        """Wait while more than ``ahead_s`` of audio is ahead of playback (1x from the first
-        packet), checking the cancel mark at least every ``_CANCEL_CHECK_S``."""
-        if self._started_at is None:
-            return
-        while True:
+    async def _pace(self, produced_pts_ms: int, ahead_s: float) -> None:
+        """Live: wait while more than ``ahead_s`` of audio is ahead of playback (1x from the
+        first packet). Either way, let the other sessions run."""
+        if self.request.paced and self._started_at is not None:
             played_ms = (time.monotonic() - self._started_at) * 1000
             excess_s = (produced_pts_ms - played_ms) / 1000 - ahead_s
-            if excess_s < 0:
+            if excess_s > 0:
+                await asyncio.sleep(excess_s + 0.001)
                 return
-            self._check_cancelled()
-            time.sleep(min(excess_s + 0.001, _CANCEL_CHECK_S))
+        await asyncio.sleep(0)
 
-    def _sentences(self) -> Iterator[_Sentence]:
+    async def _sentences(self) -> AsyncIterator[_Sentence]:
         """Sentences as the request's text arrives: complete ones first, the rest at the end."""
         cutter = SentenceCutter()
         after = "0"
@@ -397,10 +449,9 @@ class Session:
             if self._first_input:
                 pieces, self._first_input = self._first_input, []
             else:
-                self._check_cancelled()
                 if self.request.expired:
                     raise DeadlineExceededError("deadline passed")
-                pieces = self.lane.read_input(self.request.request_id, after, _READ_BLOCK_MS)
+                pieces = await self.io.read_input(self.request.request_id, after)
             for entry_id, piece in pieces:
                 after = entry_id
                 text_piece = piece.kind is InputKind.TEXT
@@ -411,9 +462,9 @@ class Session:
                 if piece.kind is InputKind.END:
                     return
 
-    def _resume_point(self) -> _Resume:
+    async def _resume_point(self) -> _Resume:
         """Where a takeover continues: after the last sentence that had started."""
-        events = self.lane.output_events(self.request.request_id)
+        events = await self.io.output_events(self.request.request_id)
         resume = _Resume()
         for event in events:
             if event.kind in (EventKind.END, EventKind.ERROR):
@@ -424,6 +475,28 @@ class Session:
             if event.sentence >= 0:
                 resume.next_sentence = max(resume.next_sentence, event.sentence + 1)
         return resume
+
+
+def _waker(loop: asyncio.AbstractEventLoop, ready: asyncio.Event) -> Callable[[], None]:
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(ready.set)
+
+    return wake
+
+
+async def _next_chunk(stream: AudioStream, ready: asyncio.Event) -> PcmF32 | None:
+    """The stream's next chunk (None at its end), waiting on ``ready`` without a thread."""
+    while True:
+        try:
+            return stream.read_nowait()
+        except BlockingIOError:
+            pass
+        ready.clear()
+        try:  # a chunk may have come between the read and the clear
+            return stream.read_nowait()
+        except BlockingIOError:
+            await ready.wait()
 
 
 class RealtimeConsumer:
@@ -438,10 +511,19 @@ class RealtimeConsumer:
         self.closing = threading.Event()
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._run_loop, name="realtime-loop", daemon=True
+        )
+        self.io = LaneIO(
+            lane,
+            settings,
+            self.loop,
+            sessions=self._alive,
+            free_slots=lambda: self.free_slots,
+            on_cancelled=self._cancelled,
+        )
         self._thread = threading.Thread(target=self._run, name="realtime-claims", daemon=True)
-        # Threads made up front: starting a thread waits for it to get the GIL once, which
-        # under load costs milliseconds per new session.
-        self._pool = ThreadPoolExecutor(settings.slots_per_worker, thread_name_prefix="rt")
 
     @property
     def free_slots(self) -> int:
@@ -449,12 +531,10 @@ class RealtimeConsumer:
             return self.settings.slots_per_worker - len(self._sessions)
 
     def start(self) -> RealtimeConsumer:
-        ready = threading.Barrier(self.settings.slots_per_worker + 1)
-        for _ in range(self.settings.slots_per_worker):
-            self._pool.submit(ready.wait)
-        ready.wait()
+        self._loop_thread.start()
         self.lane.ensure_group()
         self.lane.report_capacity(self.free_slots)
+        self.io.start()
         self._thread.start()
         return self
 
@@ -464,8 +544,12 @@ class RealtimeConsumer:
         with self._lock:
             sessions = list(self._sessions.values())
         for session in sessions:
+            self._on_loop(session.stop, _Stop.SHUTDOWN)
+        for session in sessions:
             session.done.wait(timeout_s)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.io.stop()
+        self._on_loop(self.loop.stop)
+        self._loop_thread.join(timeout_s)
         try:
             self.lane.withdraw()
         except Exception:
@@ -474,10 +558,26 @@ class RealtimeConsumer:
     def session_ended(self, session: Session) -> None:
         with self._lock:
             self._sessions.pop(session.entry_id, None)
-        try:
-            self.lane.report_capacity(self.free_slots)
-        except Exception:
-            log.warning("could not report capacity")
+        self.io.poke()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def _on_loop(self, callback: Callable[..., object], *args: object) -> None:
+        with contextlib.suppress(RuntimeError):  # loop closed
+            self.loop.call_soon_threadsafe(callback, *args)
+
+    def _alive(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return [(s.entry_id, s.request.request_id) for s in self._sessions.values()]
+
+    def _cancelled(self, request_ids: set[str]) -> None:
+        """Called by the IO thread with the requests whose client cancelled them."""
+        with self._lock:
+            sessions = [s for s in self._sessions.values() if s.request.request_id in request_ids]
+        for session in sessions:
+            self._on_loop(session.stop, _Stop.CLIENT)
 
     def _start_session(self, entry_id: str, request: StreamRequest, *, takeover: bool) -> None:
         session = Session(self, entry_id, request, takeover=takeover)
@@ -485,19 +585,18 @@ class RealtimeConsumer:
             if entry_id in self._sessions:
                 return
             self._sessions[entry_id] = session
-        self._pool.submit(session.run)
+        self._on_loop(self._spawn, session)
+        self.io.poke()
+
+    def _spawn(self, session: Session) -> None:
+        session.task = self.loop.create_task(session.run(), name=session.request.request_id)
 
     def _run(self) -> None:
-        settings = self.settings
-        beat_every_s = min(settings.heartbeat_ttl_s, settings.reclaim_idle_s) / 3
-        reclaim_every_s = settings.reclaim_idle_s / 2
-        last_beat = last_reclaim = 0.0
+        reclaim_every_s = self.settings.reclaim_idle_s / 2
+        last_reclaim = 0.0
         while not self.closing.is_set():
             try:
                 now = time.monotonic()
-                if now - last_beat >= beat_every_s:
-                    self._heartbeat()
-                    last_beat = now
                 free = self.free_slots
                 if free > 0 and now - last_reclaim >= reclaim_every_s:
                     for entry_id, request in self.lane.claim_abandoned(free):
@@ -514,8 +613,3 @@ class RealtimeConsumer:
             except Exception:
                 log.exception("real-time claim loop error; retrying")
                 self.closing.wait(0.5)
-
-    def _heartbeat(self) -> None:
-        with self._lock:
-            alive = [(s.entry_id, s.request.request_id) for s in self._sessions.values()]
-        self.lane.heartbeat(alive, self.free_slots)

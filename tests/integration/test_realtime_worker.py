@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -44,7 +45,9 @@ SETTINGS = RealtimeSettings(
 TEXT = "Hello there. This is a streamed paragraph. 你好，世界。Goodbye now."
 
 
-def request(mode: Mode = Mode.SYNTHESIZE, deadline_s: float = 30.0, **kw: object) -> StreamRequest:
+def request(
+    mode: Mode = Mode.SYNTHESIZE, deadline_s: float = 30.0, *, paced: bool = True, **kw: object
+) -> StreamRequest:
     return StreamRequest(
         request_id=new_request_id(),
         tenant="acme",
@@ -53,6 +56,7 @@ def request(mode: Mode = Mode.SYNTHESIZE, deadline_s: float = 30.0, **kw: object
         deadline_ms=now_ms() + int(deadline_s * 1000),
         mode=mode,
         client_ts_ms=12345,
+        paced=paced,
     )
 
 
@@ -297,3 +301,61 @@ def test_capacity_is_reported_and_expires(redis_url: str) -> None:
     assert asyncio.run(capacity()) == 5
     lane.withdraw()
     assert asyncio.run(capacity()) == 0
+
+
+LONG_TEXT = " ".join(
+    f"Sentence number {n} is here so that the stream lasts a good while." for n in range(4)
+)
+
+
+def span_s(got: Sequence[OutputEvent]) -> tuple[float, float]:
+    """(wall seconds between the first and last audio entry, audio seconds)."""
+    audio = audio_of(got)
+    wall_s = (audio[-1].server_ts_ms - audio[0].server_ts_ms) / 1000
+    audio_s = (audio[-1].pts_ms + 20 * len(audio[-1].data)) / 1000
+    return wall_s, audio_s
+
+
+def test_a_live_stream_is_paced_and_a_file_style_one_is_not(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    live, file_style = request(), request(paced=False)
+    submit(redis_url, live, LONG_TEXT)
+    submit(redis_url, file_style, LONG_TEXT)
+    live_wall_s, live_audio_s = span_s(events(redis_url, live.request_id))
+    file_wall_s, file_audio_s = span_s(events(redis_url, file_style.request_id))
+    assert live_audio_s == pytest.approx(file_audio_s, abs=0.05) and live_audio_s > 8
+    # Live: encoded at most encode_ahead_s ahead of playback, so it lasts about as long as
+    # its audio (a lower bound: pacing sleeps).
+    assert live_wall_s >= live_audio_s - SETTINGS.encode_ahead_s - 0.5
+    # File-style: nothing waits for playback (espeak renders ~1000x real time).
+    assert file_wall_s < live_audio_s / 2
+
+
+def test_sessions_do_not_cost_a_thread_each(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    """Open conversations waiting for their text hold no thread: 28 open sessions, the same
+    threads as none, and all of them are served once their text comes."""
+    before = threading.active_count()
+    reqs = [request(Mode.CONVERSE) for _ in range(SETTINGS.slots_per_worker - 4)]
+
+    async def go() -> None:
+        client = RealtimeClient.from_url(redis_url)
+        for req in reqs:
+            await client.submit(req)
+        wait_s = 0.0
+        while espeak_consumer.free_slots > SETTINGS.slots_per_worker - len(reqs) and wait_s < 20:
+            await asyncio.sleep(0.05)
+            wait_s += 0.05
+        assert espeak_consumer.free_slots == SETTINGS.slots_per_worker - len(reqs)
+        assert threading.active_count() == before
+        for req in reqs:
+            await client.send_input(req.request_id, InputPiece(InputKind.TEXT, "Hi there."))
+            await client.send_input(req.request_id, InputPiece(InputKind.END))
+        await client.close()
+
+    asyncio.run(go())
+    for req in reqs:
+        got = events(redis_url, req.request_id)
+        assert got[-1].kind is EventKind.END and audio_of(got)
