@@ -168,6 +168,7 @@ class SpeechService(pb_grpc.SpeechServicer):
             sample_rate_hz=request.sample_rate_hz or None,
             client_ts_ms=request.client_ts_ms,
             request_id=request.request_id or None,
+            paced=request.pace if request.HasField("pace") else True,
         )
         return await self.gateway.synthesize(
             tenant,

@@ -152,14 +152,16 @@ class SpeechClient:
         sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ,
         speed: float = 1.0,
         timeout_s: float | None = None,
+        pace: bool = True,
     ) -> SynthesisStream:
         """The raw chunks of one text, seq strictly increasing; retried and resumed.
 
         ``timeout_s`` (default: the client's ``default_timeout_s``) bounds the whole call,
-        retries and resumes included.
+        retries and resumes included. ``pace`` (default) has the server synthesise just
+        ahead of playback, for a live player; ``pace=False`` renders as fast as it can.
         """
         request = pb.SynthesizeRequest(
-            text=text, voice=voice, sample_rate_hz=sample_rate_hz, speed=speed
+            text=text, voice=voice, sample_rate_hz=sample_rate_hz, speed=speed, pace=pace
         )
         synthesis = Synthesis(
             self._require_pool(), self._metadata, request, self._retrier(timeout_s)
@@ -174,12 +176,19 @@ class SpeechClient:
         sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ,
         speed: float = 1.0,
         timeout_s: float | None = None,
+        pace: bool = False,
     ) -> SynthesisResult:
-        """The text's audio decoded to mono float32 PCM (codec delay trimmed at the start)."""
+        """The text's audio decoded to mono float32 PCM (codec delay trimmed at the start);
+        file-style (not paced to playback) unless ``pace``."""
         sample_rate_hz = sample_rate_hz or DEFAULT_SAMPLE_RATE_HZ
         assembler = PcmAssembler(sample_rate_hz)  # checks the rate before any call
         stream = self.synthesize(
-            text, voice=voice, sample_rate_hz=sample_rate_hz, speed=speed, timeout_s=timeout_s
+            text,
+            voice=voice,
+            sample_rate_hz=sample_rate_hz,
+            speed=speed,
+            timeout_s=timeout_s,
+            pace=pace,
         )
         async with stream:
             async for chunk in stream:

@@ -10,7 +10,8 @@ the client leaves early.
     ``websocket_auth_timeout_s`` (5 s) of connecting, or the socket is closed; an address
     holds at most ``websocket_max_per_address`` open sockets per API process, and the process
     ``websocket_max_connections``. Send one JSON text message ``{"text", "voice"?,
-    "sample_rate_hz"?, "speed"?, "client_ts_ms"?}``. The server answers
+    "sample_rate_hz"?, "speed"?, "client_ts_ms"?, "pace"?}`` (``pace``: true, the default,
+    synthesises just ahead of playback; false renders as fast as it can). The server answers
     ``{"type": "start", "request_id"}``; then per chunk a JSON ``{"type": "audio", "seq",
     "pts_ms", "packets": N, "server_ts_ms", "client_ts_ms", "captions": [...]}`` followed by
     N binary messages, one 20 ms Opus packet each; then ``{"type": "end", "seq", "pts_ms"}``
@@ -20,8 +21,10 @@ the client leaves early.
 
 ``POST /v1/audio/speech`` (OpenAI-compatible)
     JSON ``{"input", "voice", "response_format"?: opus|mp3|wav|flac|pcm, "speed"?,
-    "model"?}``, plus voicelane's ``sample_rate_hz`` (default 24000, OpenAI's rate); the
-    audio streams back as it is produced (chunked). ``opus`` is Ogg Opus; ``pcm`` is raw
+    "model"?}``, plus voicelane's ``sample_rate_hz`` (default 24000, OpenAI's rate) and
+    ``pace`` (default false: rendered as fast as the workers can, like a file download —
+    true paces it just ahead of playback, for a live player); the audio streams back as it
+    is produced (chunked). ``opus`` is Ogg Opus; ``pcm`` is raw
     16-bit little-endian mono, as OpenAI's. The worker encodes the asked format itself: this
     route only relays bytes. OpenAI's voice names (``alloy``, ``echo``...) map to ``auto``;
     voicelane voice ids work as they are.
@@ -96,6 +99,7 @@ class WebSocketRequest(BaseModel):
     sample_rate_hz: int | None = None
     speed: float | None = None
     client_ts_ms: int = 0
+    pace: bool = True
     api_key: str | None = None
 
 
@@ -140,6 +144,7 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
             speed=body.speed,
             sample_rate_hz=body.sample_rate_hz,
             client_ts_ms=body.client_ts_ms,
+            paced=body.pace,
         )
         stream = await state.streams.synthesize(tenant, body.text, ask)
         await socket.send_json({"type": "start", "request_id": stream.request_id})
@@ -234,6 +239,11 @@ class SpeechRequest(BaseModel):
     sample_rate_hz: int | None = Field(
         None, description="voicelane extension: output rate (24000, OpenAI's, if unset)."
     )
+    pace: bool = Field(
+        False,
+        description="voicelane extension: true paces synthesis just ahead of playback (a "
+        "live player); false (default) renders as fast as the workers can, like a file.",
+    )
 
 
 @router.post(
@@ -264,6 +274,7 @@ async def openai_speech(request: Request, state: State, tenant: Tenant) -> Strea
         speed=body.speed,
         sample_rate_hz=body.sample_rate_hz,
         encoding=encoding,
+        paced=body.pace,
     )
     stream = await state.streams.synthesize(tenant, body.input, ask, text_field="input")
     return StreamingResponse(

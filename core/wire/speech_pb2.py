@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63ore/wire/speech.proto\x12\x0cvoicelane.v1\"\xb5\x01\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\r\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x14\n\x0c\x63lient_ts_ms\x18\x05 \x01(\x03\x12\r\n\x05speed\x18\x06 \x01(\x02\x12\x1d\n\x10resume_after_seq\x18\x07 \x01(\x04H\x00\x88\x01\x01\x42\x13\n\x11_resume_after_seq\"U\n\x07\x43\x61ption\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\x0b\n\x03\x65nd\x18\x03 \x01(\r\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x10\n\x08sentence\x18\x05 \x01(\r\"\xcf\x01\n\nAudioChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x14\n\x0copus_packets\x18\x03 \x03(\x0c\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12\x14\n\x0cserver_ts_ms\x18\x06 \x01(\x03\x12\x14\n\x0c\x63lient_ts_ms\x18\x07 \x01(\x03\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x12\'\n\x08\x63\x61ptions\x18\t \x03(\x0b\x32\x15.voicelane.v1.Caption\"[\n\rConverseStart\x12\r\n\x05voice\x18\x01 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\r\n\x05speed\x18\x03 \x01(\x02\x12\x14\n\x0c\x63lient_ts_ms\x18\x04 \x01(\x03\"\x07\n\x05\x46lush\"\x05\n\x03\x45nd\"\xa6\x01\n\x0f\x43onverseRequest\x12,\n\x05start\x18\x01 \x01(\x0b\x32\x1b.voicelane.v1.ConverseStartH\x00\x12\x14\n\ntext_delta\x18\x02 \x01(\tH\x00\x12$\n\x05\x66lush\x18\x03 \x01(\x0b\x32\x13.voicelane.v1.FlushH\x00\x12 \n\x03\x65nd\x18\x04 \x01(\x0b\x32\x11.voicelane.v1.EndH\x00\x42\x07\n\x05\x65vent\";\n\x10\x43onverseResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x18.voicelane.v1.AudioChunk\"\x13\n\x11ListVoicesRequest\"4\n\x05Voice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tlanguages\x18\x03 \x03(\t\"I\n\x12ListVoicesResponse\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12#\n\x06voices\x18\x02 \x03(\x0b\x32\x13.voicelane.v1.Voice2\xf3\x01\n\x06Speech\x12I\n\nSynthesize\x12\x1f.voicelane.v1.SynthesizeRequest\x1a\x18.voicelane.v1.AudioChunk0\x01\x12M\n\x08\x43onverse\x12\x1d.voicelane.v1.ConverseRequest\x1a\x1e.voicelane.v1.ConverseResponse(\x01\x30\x01\x12O\n\nListVoices\x12\x1f.voicelane.v1.ListVoicesRequest\x1a .voicelane.v1.ListVoicesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x63ore/wire/speech.proto\x12\x0cvoicelane.v1\"\xd1\x01\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\r\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x14\n\x0c\x63lient_ts_ms\x18\x05 \x01(\x03\x12\r\n\x05speed\x18\x06 \x01(\x02\x12\x1d\n\x10resume_after_seq\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x11\n\x04pace\x18\x08 \x01(\x08H\x01\x88\x01\x01\x42\x13\n\x11_resume_after_seqB\x07\n\x05_pace\"U\n\x07\x43\x61ption\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\x0b\n\x03\x65nd\x18\x03 \x01(\r\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x10\n\x08sentence\x18\x05 \x01(\r\"\xcf\x01\n\nAudioChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x14\n\x0copus_packets\x18\x03 \x03(\x0c\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12\x14\n\x0cserver_ts_ms\x18\x06 \x01(\x03\x12\x14\n\x0c\x63lient_ts_ms\x18\x07 \x01(\x03\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x12\'\n\x08\x63\x61ptions\x18\t \x03(\x0b\x32\x15.voicelane.v1.Caption\"[\n\rConverseStart\x12\r\n\x05voice\x18\x01 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\r\n\x05speed\x18\x03 \x01(\x02\x12\x14\n\x0c\x63lient_ts_ms\x18\x04 \x01(\x03\"\x07\n\x05\x46lush\"\x05\n\x03\x45nd\"\xa6\x01\n\x0f\x43onverseRequest\x12,\n\x05start\x18\x01 \x01(\x0b\x32\x1b.voicelane.v1.ConverseStartH\x00\x12\x14\n\ntext_delta\x18\x02 \x01(\tH\x00\x12$\n\x05\x66lush\x18\x03 \x01(\x0b\x32\x13.voicelane.v1.FlushH\x00\x12 \n\x03\x65nd\x18\x04 \x01(\x0b\x32\x11.voicelane.v1.EndH\x00\x42\x07\n\x05\x65vent\";\n\x10\x43onverseResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x18.voicelane.v1.AudioChunk\"\x13\n\x11ListVoicesRequest\"4\n\x05Voice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tlanguages\x18\x03 \x03(\t\"I\n\x12ListVoicesResponse\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12#\n\x06voices\x18\x02 \x03(\x0b\x32\x13.voicelane.v1.Voice2\xf3\x01\n\x06Speech\x12I\n\nSynthesize\x12\x1f.voicelane.v1.SynthesizeRequest\x1a\x18.voicelane.v1.AudioChunk0\x01\x12M\n\x08\x43onverse\x12\x1d.voicelane.v1.ConverseRequest\x1a\x1e.voicelane.v1.ConverseResponse(\x01\x30\x01\x12O\n\nListVoices\x12\x1f.voicelane.v1.ListVoicesRequest\x1a .voicelane.v1.ListVoicesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,27 +32,27 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'core.wire.speech_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SYNTHESIZEREQUEST']._serialized_start=41
-  _globals['_SYNTHESIZEREQUEST']._serialized_end=222
-  _globals['_CAPTION']._serialized_start=224
-  _globals['_CAPTION']._serialized_end=309
-  _globals['_AUDIOCHUNK']._serialized_start=312
-  _globals['_AUDIOCHUNK']._serialized_end=519
-  _globals['_CONVERSESTART']._serialized_start=521
-  _globals['_CONVERSESTART']._serialized_end=612
-  _globals['_FLUSH']._serialized_start=614
-  _globals['_FLUSH']._serialized_end=621
-  _globals['_END']._serialized_start=623
-  _globals['_END']._serialized_end=628
-  _globals['_CONVERSEREQUEST']._serialized_start=631
-  _globals['_CONVERSEREQUEST']._serialized_end=797
-  _globals['_CONVERSERESPONSE']._serialized_start=799
-  _globals['_CONVERSERESPONSE']._serialized_end=858
-  _globals['_LISTVOICESREQUEST']._serialized_start=860
-  _globals['_LISTVOICESREQUEST']._serialized_end=879
-  _globals['_VOICE']._serialized_start=881
-  _globals['_VOICE']._serialized_end=933
-  _globals['_LISTVOICESRESPONSE']._serialized_start=935
-  _globals['_LISTVOICESRESPONSE']._serialized_end=1008
-  _globals['_SPEECH']._serialized_start=1011
-  _globals['_SPEECH']._serialized_end=1254
+  _globals['_SYNTHESIZEREQUEST']._serialized_end=250
+  _globals['_CAPTION']._serialized_start=252
+  _globals['_CAPTION']._serialized_end=337
+  _globals['_AUDIOCHUNK']._serialized_start=340
+  _globals['_AUDIOCHUNK']._serialized_end=547
+  _globals['_CONVERSESTART']._serialized_start=549
+  _globals['_CONVERSESTART']._serialized_end=640
+  _globals['_FLUSH']._serialized_start=642
+  _globals['_FLUSH']._serialized_end=649
+  _globals['_END']._serialized_start=651
+  _globals['_END']._serialized_end=656
+  _globals['_CONVERSEREQUEST']._serialized_start=659
+  _globals['_CONVERSEREQUEST']._serialized_end=825
+  _globals['_CONVERSERESPONSE']._serialized_start=827
+  _globals['_CONVERSERESPONSE']._serialized_end=886
+  _globals['_LISTVOICESREQUEST']._serialized_start=888
+  _globals['_LISTVOICESREQUEST']._serialized_end=907
+  _globals['_VOICE']._serialized_start=909
+  _globals['_VOICE']._serialized_end=961
+  _globals['_LISTVOICESRESPONSE']._serialized_start=963
+  _globals['_LISTVOICESRESPONSE']._serialized_end=1036
+  _globals['_SPEECH']._serialized_start=1039
+  _globals['_SPEECH']._serialized_end=1282
 # @@protoc_insertion_point(module_scope)
