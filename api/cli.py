@@ -26,6 +26,14 @@ from typing import NoReturn, TextIO
 
 from core.errors import InvalidInputError, VoicelaneError, exit_status
 
+# numpy's OpenBLAS runs a matrix product on a thread per core, which then wait for each other
+# spinning. The products here are small (the resampler's, per 200 ms of audio) and the
+# processes already keep every core busy (one render worker per core, fronts, Redis): the
+# helper threads only steal CPU, and a stream's event loop stalls while they get scheduled
+# (measured: 55% of a worker's samples at 100 streams, see docs/benchmarks.md). Set before
+# numpy loads; an operator's own setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 PROG = "voicelane"
 EXIT_INTERRUPTED = 130
 

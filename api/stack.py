@@ -1,7 +1,9 @@
 """``voicelane up``: the whole stack on this machine, one command; Ctrl-C stops it all.
 
-Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), a GPU worker (engine +
-batcher + ``render`` queue + real-time consumer), a CPU worker (``control,assemble`` +
+Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), the render workers
+(engine + batcher + ``render`` queue + real-time consumer each: one per CPU core for a CPU
+engine such as espeak, one for a GPU engine; ``VOICELANE_RENDER_WORKERS`` overrides), a CPU
+worker (``control,assemble`` +
 reconciler), the REST API, the gRPC front and Flower, each as a child process, prints where
 each listens once all answer, and stops them all (children in reverse order, then the Redis
 it started) on Ctrl-C or SIGTERM. State (Redis AOF, local storage) lives in ``--state-dir``
@@ -37,7 +39,7 @@ import httpx
 
 from core.errors import VoicelaneError
 from core.redis_server import RedisServer, redis_answers
-from core.settings import ApiSettings, FlowerSettings, GrpcSettings
+from core.settings import ApiSettings, FlowerSettings, GrpcSettings, StackSettings
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -355,8 +357,17 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
     try:
         if supervisor.redis is not None:
             supervisor.redis.start()
+        render_workers = StackSettings().render_worker_count()
+        render = [
+            (
+                "gpu-worker" if render_workers == 1 else f"gpu-worker-{n}",
+                ["worker"],
+                "queue render (engine + batcher)",
+            )
+            for n in range(1, render_workers + 1)
+        ]
         for name, args, where in (
-            ("gpu-worker", ["worker"], "queue render (engine + batcher)"),
+            *render,
             ("cpu-worker", ["worker", "--queues", "control,assemble"], "queues control, assemble"),
             ("api", ["api"], f"http://{api.host}:{api.port} (OpenAPI: /docs)"),
             ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)"),

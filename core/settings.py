@@ -6,6 +6,8 @@ Nested fields use ``__``: ``VOICELANE_BATCHER__MAX_BATCH=32``. Every field is do
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -174,6 +176,31 @@ class WorkerSettings(ServiceSettings):
     gil_switch_interval_s: float = Field(0.001, ge=0)
     """``sys.setswitchinterval`` of a render worker (Python's default is 0.005): how long a
     busy thread may keep the GIL from a real-time session that woke up. 0: leave it."""
+
+
+CPU_ENGINES = frozenset({"espeak"})
+"""Engines that run on the CPU: for them a core is the device."""
+
+
+class StackSettings(ServiceSettings):
+    """``voicelane up``: the whole stack on one machine."""
+
+    render_workers: int | None = Field(None, ge=1)
+    """Render (GPU-side) worker processes. None: one per CPU core for a CPU engine (one
+    batcher per device, a core being the device: each process has its own GIL), one for a
+    GPU engine (one worker per GPU; run more by hand on a multi-GPU host)."""
+
+    def render_worker_count(self) -> int:
+        if self.render_workers is not None:
+            return self.render_workers
+        if self.engine in CPU_ENGINES:
+            return max(
+                1,
+                len(os.sched_getaffinity(0))
+                if hasattr(os, "sched_getaffinity")
+                else (os.cpu_count() or 1),
+            )
+        return 1
 
 
 class ApiSettings(ServiceSettings):
