@@ -85,7 +85,7 @@ TENANT_TTL_MARGIN_S = 60
 LIVENESS_CHECK_S = 1.0
 """A quiet stream's liveness (heartbeat, clocks) is checked at most this often (less when the
 liveness timeouts are shorter than four of it)."""
-NO_CAPACITY_RETRY_S = 0.5
+NO_CAPACITY_RETRY_S = 1.0
 """Retry hint when the lane is full (a slot frees as soon as any stream ends)."""
 TENANT_SLOT_RETRY_S = 1.0
 """Retry hint when the tenant holds all its streams (none is known to end sooner)."""
@@ -166,6 +166,17 @@ class Admission:
         finally:
             self._in_flight -= 1
         self._submitted += 1
+
+    def refuse_if_full(self) -> None:
+        """Refuse now, without a Redis call, when the capacity read in the last ``ttl_s`` is
+        used up: past capacity a refusal must cost next to nothing (a full lane sees many
+        more requests than it serves, and each one's Redis calls would slow the streams it
+        serves)."""
+        fresh = time.monotonic() - self._fetched_at < self._ttl_s
+        if fresh and self._capacity - self._in_flight - self._submitted <= 0:
+            raise NoCapacityError(
+                "no real-time capacity; retry shortly", retry_after_s=NO_CAPACITY_RETRY_S
+            )
 
     async def _reserve(self) -> None:
         async with self._lock:
@@ -574,6 +585,7 @@ class StreamGateway:
         exists = StreamExistsError(
             f"request_id: a stream {public_id} already exists", field="request_id"
         )
+        self.admission.refuse_if_full()
         if chosen_id and await self.lane.exists(lane_id):
             raise exists
         await self.rate.take(tenant)

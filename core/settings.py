@@ -49,14 +49,14 @@ class RealtimeSettings(BaseModel):
     """A front ends a stream with UNAVAILABLE when no worker picked it up within this."""
     unavailable_after_s: float = Field(4.0, gt=0)
     """...or when its worker's heartbeat has lapsed this long and nobody took over."""
-    slots_per_worker: int = Field(32, ge=1)
+    slots_per_worker: int = Field(80, ge=1)
     """Concurrent real-time sessions a GPU worker serves."""
     lookahead_s: float = Field(3.0, ge=0)
     """Workers submit the next sentence while less than this much audio is ahead of
     playback: real-time work stays just ahead of the listener, leaving the GPU to batch work."""
     encode_ahead_s: float = Field(0.5, ge=0)
     """Resampling and Opus encoding run at most this far ahead of playback."""
-    frames_per_chunk: int = Field(5, ge=1)
+    frames_per_chunk: int = Field(10, ge=1)
     """Opus packets (20 ms each) per AudioChunk message, once the first chunk is out."""
     opus_bitrate_bps: int = Field(32000, ge=6000, le=510000)
     default_deadline_s: float = Field(300.0, gt=0)

@@ -89,7 +89,7 @@ class _Stop(enum.Enum):
 
 
 FIRST_SLICE_S = 0.04
-SLICE_S = 0.2
+SLICE_S = 0.4
 
 
 def _slices(pcm: PcmF32, rate_hz: int, started: bool) -> Iterator[PcmF32]:
@@ -510,6 +510,7 @@ class RealtimeConsumer:
         self.settings = settings
         self.closing = threading.Event()
         self._sessions: dict[str, Session] = {}
+        self._alive_cache: tuple[tuple[str, str], ...] | None = None
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
@@ -558,6 +559,7 @@ class RealtimeConsumer:
     def session_ended(self, session: Session) -> None:
         with self._lock:
             self._sessions.pop(session.entry_id, None)
+            self._alive_cache = None
         self.io.poke()
 
     def _run_loop(self) -> None:
@@ -568,9 +570,15 @@ class RealtimeConsumer:
         with contextlib.suppress(RuntimeError):  # loop closed
             self.loop.call_soon_threadsafe(callback, *args)
 
-    def _alive(self) -> list[tuple[str, str]]:
+    def _alive(self) -> tuple[tuple[str, str], ...]:
+        """(entry id, request id) of every session; rebuilt only when sessions came or went
+        (the IO thread asks every round)."""
         with self._lock:
-            return [(s.entry_id, s.request.request_id) for s in self._sessions.values()]
+            if self._alive_cache is None:
+                self._alive_cache = tuple(
+                    (s.entry_id, s.request.request_id) for s in self._sessions.values()
+                )
+            return self._alive_cache
 
     def _cancelled(self, request_ids: set[str]) -> None:
         """Called by the IO thread with the requests whose client cancelled them."""
@@ -585,6 +593,7 @@ class RealtimeConsumer:
             if entry_id in self._sessions:
                 return
             self._sessions[entry_id] = session
+            self._alive_cache = None
         self._on_loop(self._spawn, session)
         self.io.poke()
 

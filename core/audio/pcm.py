@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from core.errors import InvalidInputError
 
@@ -192,8 +192,16 @@ class _PolyphaseFilter:
             gb = min(g1, ga + step)
             start = ga * big_m - self.half + 1 - buf_start
             stop = (gb - 1) * big_m - self.half + 1 - buf_start + self.width
-            seg = self._padded(buf, start, stop)
-            windows = sliding_window_view(seg, self.width)[::big_m]
+            seg = np.ascontiguousarray(self._padded(buf, start, stop))
+            # Every big_m-th window of `width` inputs, as a strided view (what
+            # sliding_window_view(seg, width)[::big_m] is, without its per-call overhead).
+            item = seg.strides[0]
+            windows = as_strided(
+                seg,
+                shape=((len(seg) - self.width) // big_m + 1, self.width),
+                strides=(item * big_m, item),
+                writeable=False,
+            )
             parts.append((windows @ self.block).reshape(-1))
         y = np.concatenate(parts) if len(parts) > 1 else parts[0]
         return y[n0 - g0 * big_l : n1 - g0 * big_l]
