@@ -52,6 +52,8 @@ READ_COUNT = 64
 MIN_ROUND_S = 0.01
 """Reads that found output are at least this far apart (at most 10 ms more latency per
 chunk, far fewer reads naming every stream)."""
+ERROR_GRACE_S = 1.0
+"""Reads may fail for this long (retried) before the streams they serve are failed."""
 RETRY_AFTER_ERROR_S = 0.2
 """Pause after a failed read before the next one."""
 
@@ -151,6 +153,8 @@ class _ReadLoop:
         self._changed = asyncio.Event()
         self._reading = False
         """A read is in flight."""
+        self._failing_since: float | None = None
+        """When the reads began to fail (None: the last one worked)."""
         self._wake_pending = False
         self._wakes: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -269,6 +273,14 @@ class _ReadLoop:
                     "output reader %s: read of %d streams failed: %s",
                     self.reader_id, len(after), " ".join(str(error).split())[:200],
                 )  # fmt: skip
+                now_s = time.monotonic()
+                if self._failing_since is None:
+                    self._failing_since = now_s
+                if now_s - self._failing_since < ERROR_GRACE_S:
+                    # One slow or dropped read (a front or Redis busy for a moment) must not
+                    # end every open stream: try again; fail them if it goes on.
+                    await asyncio.sleep(RETRY_AFTER_ERROR_S)
+                    continue
                 for subscriptions in readers.values():
                     for subscription in subscriptions:
                         if not subscription.closed:
@@ -276,6 +288,7 @@ class _ReadLoop:
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
                 continue
             self._reading = False
+            self._failing_since = None
             if self._stopping():
                 return
             self._wake_cursor = cursor or self._wake_cursor

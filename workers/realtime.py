@@ -47,6 +47,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
+import redis
+
 from core.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
 from core.audio.stream import ByteStreamEncoder
 from core.errors import (
@@ -304,6 +306,9 @@ class Session:
             acknowledge = False
         except VoicelaneError as error:
             await self._error(grpc_status_name(error), error.message)
+        except redis.RedisError as error:  # Redis went away mid-stream (restart, timeout)
+            log.warning("request %s: the lane's Redis failed: %s", rid, error)
+            await self._error("UNAVAILABLE", "the lane's store (Redis) failed; retry shortly")
         except Exception as error:
             log.exception("request %s failed", rid)
             await self._error("INTERNAL", f"{type(error).__name__}: {error}")

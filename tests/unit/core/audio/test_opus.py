@@ -52,7 +52,7 @@ def _fail_on_calls(encoder: OpusStreamEncoder, failing: set[int], exc: Exception
             raise exc
         return real(pcm, frame_size)
 
-    encoder._encoder.encode_float = encode_float
+    encoder._encoder.encode_float = encode_float  # type: ignore[method-assign]  # inject failures
 
 
 # ---- packets -----------------------------------------------------------------------------
