@@ -188,11 +188,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from core.settings import WorkerSettings
     from workers.runtime import run_worker
 
-    settings = WorkerSettings()
-    for name in ("engine", "device", "concurrency", "queues"):
-        value = getattr(args, name)
-        if value is not None:
-            setattr(settings, name, value)
+    flags = {
+        name: getattr(args, name)
+        for name in ("engine", "device", "concurrency", "queues")
+        if getattr(args, name) is not None
+    }
+    settings = WorkerSettings(**flags)  # validated: a flag is checked like its variable
     logging.getLogger().setLevel(logging.INFO)
     return run_worker(settings, hostname=args.hostname)
 

@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from api.flower import basic_auth
 from core.errors import VoicelaneError
 from core.redis_server import RedisServer, redis_answers
 from core.settings import ApiSettings, FlowerSettings, GrpcSettings, StackSettings
@@ -345,6 +346,7 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
     api = ApiSettings()
     flower = FlowerSettings()
     grpc = GrpcSettings()
+    basic_auth(flower)  # a missing Flower login stops `up` now, saying what to set
     env.setdefault("VOICELANE_STORAGE_LOCAL__PUBLIC_BASE_URL", f"http://{api.host}:{api.port}")
     grpc_target = f"{grpc.grpc_host}:{grpc.grpc_port}"
 

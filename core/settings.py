@@ -164,7 +164,9 @@ class WorkerSettings(ServiceSettings):
     """``voicelane worker``: one engine + one batcher + a Celery consumer (GPU side), or the
     CPU side (``--queues control,assemble``) without an engine."""
 
-    device: str = "cpu"
+    device: str = Field("cpu", pattern=r"^(cpu|cuda:\d+)$")
+    """The engine's device: ``cpu`` or ``cuda:N`` (``--device``); a GPU engine runs there, a
+    CPU engine (espeak) refuses anything but ``cpu``."""
     concurrency: int | None = Field(None, ge=1)
     """Celery threads: chunks rendered at once, all feeding the one batcher. None: 16 for an
     engine that batches, 4 for one that renders one utterance at a time (espeak) — more

@@ -66,7 +66,7 @@ def start_worker_process(
         from workers.batcher import Batcher
         from workers.engines import create_engine
 
-        engine = create_engine(settings.engine)
+        engine = create_engine(settings.engine, device=settings.device)
         jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
         lane = RealtimeWorkerClient.from_url(settings.redis_url, name, settings.realtime)
         lane.publish_capabilities(engine.capabilities())

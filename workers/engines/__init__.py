@@ -5,15 +5,28 @@ Engines are imported lazily: ``import workers`` never imports an ML framework.
 
 from __future__ import annotations
 
-from core.errors import InvalidInputError
+from core.errors import ConfigError, InvalidInputError
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 
 ENGINE_NAMES = ("espeak", "chattts")
 
 
-def create_engine(name: str) -> Engine:
-    """Build the engine called ``name`` (not yet loaded: the owning thread calls ``load``)."""
+CPU_ONLY_ENGINES = frozenset({"espeak"})
+
+
+def create_engine(name: str, *, device: str | None = None) -> Engine:
+    """Build the engine called ``name`` (not yet loaded: the owning thread calls ``load``).
+
+    ``device`` is the worker's (``--device`` / ``VOICELANE_DEVICE``: ``cpu`` or ``cuda:N``);
+    None lets the engine's own settings decide (the embedded commands). A device the engine
+    cannot use is a :class:`~core.errors.ConfigError` now, not a surprise at the first batch.
+    """
+    if name in CPU_ONLY_ENGINES and device not in (None, "cpu"):
+        raise ConfigError(
+            f"the {name} engine runs on the CPU; device {device} needs a GPU engine "
+            "(VOICELANE_ENGINE=chattts), or use --device cpu"
+        )
     if name == "espeak":
         from .espeak import EspeakEngine
 
@@ -24,7 +37,9 @@ def create_engine(name: str) -> Engine:
         require_chattts_extra()
         from .chattts import ChatTTSEngine
 
-        return ChatTTSEngine.from_settings()
+        engine = ChatTTSEngine.from_settings(device=device)
+        engine.check_device()
+        return engine
     raise InvalidInputError(f"unknown engine {name!r} (available: {', '.join(ENGINE_NAMES)})")
 
 

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from core.errors import EngineError, EngineOutOfMemoryError, InvalidInputError, ModelLoadError
+from core.errors import (
+    ConfigError,
+    EngineError,
+    EngineOutOfMemoryError,
+    InvalidInputError,
+    ModelLoadError,
+)
 from core.rules import DEFAULT_VOICE, seed_of
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
@@ -187,9 +194,27 @@ class ChatTTSEngine(Engine):
             _UPSTREAM_LOG.setLevel(logging.ERROR)
 
     @classmethod
-    def from_settings(cls, settings: ChatTTSSettings | None = None) -> ChatTTSEngine:
-        """The engine configured by ``VOICELANE_CHATTTS_*`` (or by ``settings``)."""
-        return cls(settings if settings is not None else ChatTTSSettings.from_env())
+    def from_settings(
+        cls, settings: ChatTTSSettings | None = None, *, device: str | None = None
+    ) -> ChatTTSEngine:
+        """The engine configured by ``VOICELANE_CHATTTS_*`` (or by ``settings``), on
+        ``device`` when given: a worker's device (``--device`` / ``VOICELANE_DEVICE``) is the
+        one setting; a ``VOICELANE_CHATTTS_DEVICE`` that says otherwise is an error."""
+        if settings is None:
+            own = os.environ.get("VOICELANE_CHATTTS_DEVICE")
+            if device is not None and own and own != device:
+                raise ConfigError(
+                    f"VOICELANE_CHATTTS_DEVICE={own} disagrees with the worker's device "
+                    f"{device} (--device / VOICELANE_DEVICE): set only VOICELANE_DEVICE"
+                )
+            settings = ChatTTSSettings.from_env(**({"device": device} if device else {}))
+        elif device is not None and device != settings.device:
+            settings = ChatTTSSettings.from_env(**{**settings.model_dump(), "device": device})
+        return cls(settings)
+
+    def check_device(self) -> None:
+        """Raise :class:`ModelLoadError` now if the configured device is not usable here."""
+        self._device()
 
     # ---- voices and validation (any thread; no model) -------------------------------------
 
@@ -284,12 +309,12 @@ class ChatTTSEngine(Engine):
             return device
         if not torch.cuda.is_available():
             raise ModelLoadError(
-                f"VOICELANE_CHATTTS_DEVICE={self.settings.device}: CUDA is not available here"
+                f"device {self.settings.device}: CUDA is not available here (torch "
+                f"{torch.__version__} without CUDA, or no GPU visible); use --device cpu"
             )
         if (device.index or 0) >= torch.cuda.device_count():
             raise ModelLoadError(
-                f"VOICELANE_CHATTTS_DEVICE={self.settings.device}: "
-                f"only {torch.cuda.device_count()} CUDA device(s)"
+                f"device {self.settings.device}: only {torch.cuda.device_count()} CUDA device(s)"
             )
         return device
 

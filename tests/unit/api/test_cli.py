@@ -157,3 +157,19 @@ def test_a_bad_setting_exits_2_with_one_line_naming_the_variable(
     assert main(["api", "--port", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "VOICELANE_CALLBACK_ALLOW" in err[0], err
+
+
+def test_up_without_a_flower_login_says_what_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Production mode (API keys set) needs a Flower login: ``up`` stops before starting
+    anything, naming the variable (not "internal error: flower exited with 2")."""
+    monkeypatch.setenv("VOICELANE_API_KEYS", "acme:placeholder-key-0123456789")
+    monkeypatch.delenv("VOICELANE_FLOWER_BASIC_AUTH", raising=False)
+    monkeypatch.delenv("VOICELANE_DEV_MODE", raising=False)
+    done = run_cli("up", "--state-dir", str(tmp_path / "state"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "voicelane: error: set VOICELANE_FLOWER_BASIC_AUTH=user:password (or VOICELANE_DEV_MODE=1)"
+    )
+    assert not (tmp_path / "state" / "children.json").exists()

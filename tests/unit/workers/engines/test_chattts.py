@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from core.errors import (  # noqa: E402
+    ConfigError,
     EngineOutOfMemoryError,
     InvalidInputError,
     ModelLoadError,
@@ -565,6 +566,46 @@ def test_create_engine_builds_chattts_from_the_environment(
     monkeypatch.setenv("VOICELANE_CHATTTS_CONTEXT_STEPS", "-1")
     with pytest.raises(ModelLoadError, match="VOICELANE_CHATTTS_CONTEXT_STEPS"):
         create_engine("chattts")
+
+
+def test_the_workers_device_reaches_chattts(
+    chattts_checkpoint: Checkpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--device`` / ``VOICELANE_DEVICE`` is the one device setting: it reaches the engine,
+    a CUDA device without CUDA is refused before anything loads, and a ChatTTS device setting
+    that disagrees is an error rather than silently winning or losing."""
+    monkeypatch.setenv("VOICELANE_CHATTTS_DIR", str(chattts_checkpoint.directory))
+    monkeypatch.delenv("VOICELANE_CHATTTS_DEVICE", raising=False)
+    engine = create_engine("chattts", device="cpu")
+    assert isinstance(engine, ChatTTSEngine) and engine.settings.device == "cpu"
+    engine.load()
+    try:
+        assert engine._require().model.device == torch.device("cpu")
+    finally:
+        engine.unload()
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="cuda:0: CUDA is not available here"):
+            create_engine("chattts", device="cuda:0")
+    monkeypatch.setenv("VOICELANE_CHATTTS_DEVICE", "cpu")
+    with pytest.raises(ConfigError, match="VOICELANE_CHATTTS_DEVICE=cpu disagrees"):
+        create_engine("chattts", device="cuda:1")
+
+
+def test_espeak_refuses_a_gpu_device() -> None:
+    with pytest.raises(ConfigError, match="espeak engine runs on the CPU; device cuda:0"):
+        create_engine("espeak", device="cuda:0")
+    assert create_engine("espeak", device="cpu").name == "espeak"
+
+
+def test_a_worker_with_a_device_it_cannot_use_exits_2_with_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "VOICELANE_DEV_MODE": "1", "VOICELANE_STORAGE_LOCAL__ROOT": str(tmp_path)}
+    for args, message in (
+        (["--device", "cuda:x"], "bad setting VOICELANE_DEVICE"),
+        (["--device", "cuda:0"], "the espeak engine runs on the CPU"),
+    ):
+        done = _cli(["worker", *args], env, Path.cwd())
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
