@@ -62,7 +62,7 @@ compose-check:
 	@command -v docker-compose >/dev/null || { sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq docker-compose >/dev/null; }
 	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
-	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p \
+	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
 		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
 
 # Regenerate core/wire from proto/ (the generated code is committed).

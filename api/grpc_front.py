@@ -29,6 +29,7 @@ from api.engines import EngineRegistry
 from api.grpc_auth import AuthInterceptor
 from api.grpc_service import SERVICE_NAME, SpeechService
 from api.streams import StreamGateway
+from core import metrics
 from core.realtime_lane import RealtimeClient
 from core.rules import MIN_USEFUL_DEADLINE_S
 from core.settings import GrpcSettings
@@ -100,6 +101,8 @@ async def start_front(
     port = server.add_insecure_port(f"{settings.grpc_host}:{settings.grpc_port}")
     await server.start()
     log.info("gRPC front listening on %s:%d", settings.grpc_host, port)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
     return Front(server, service, health, port)
 
 

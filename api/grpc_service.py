@@ -23,6 +23,7 @@ import grpc.aio
 from api.failures import service_error
 from api.grpc_auth import current_tenant
 from api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
+from core import metrics
 from core.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -98,7 +99,12 @@ class SpeechService(pb_grpc.SpeechServicer):
             _log_end("stream", stream)
         except Exception as error:
             await _close(stream)  # before the client hears the status
-            await _abort(context, stream.request_id if stream else request.request_id, error)
+            await _abort(
+                context,
+                stream.request_id if stream else request.request_id,
+                error,
+                method="Synthesize",
+            )
         finally:
             await _close(stream)
 
@@ -127,7 +133,12 @@ class SpeechService(pb_grpc.SpeechServicer):
             _log_end("conversation", conversation)
         except Exception as error:
             await _close(conversation)  # before the client hears the status
-            await _abort(context, conversation.request_id if conversation else None, error)
+            await _abort(
+                context,
+                conversation.request_id if conversation else None,
+                error,
+                method="Converse",
+            )
         finally:
             await _close(conversation)
 
@@ -137,7 +148,7 @@ class SpeechService(pb_grpc.SpeechServicer):
         try:
             capabilities = await self.gateway.capabilities()
         except Exception as error:
-            await _abort(context, None, error)
+            await _abort(context, None, error, method="ListVoices")
         return pb.ListVoicesResponse(
             engine=capabilities.engine,
             voices=[
@@ -184,9 +195,12 @@ async def _close(stream: Stream | None) -> None:
         await stream.close()
 
 
-async def _abort(context: Context, request_id: str | None, error: Exception) -> Never:
+async def _abort(
+    context: Context, request_id: str | None, error: Exception, *, method: str
+) -> Never:
     error = service_error(error) or error
     code = status_code(error)
+    metrics.GRPC_STREAM_ERRORS.labels(method=method, code=code.name).inc()
     rid = request_id or "-"
     if isinstance(error, VoicelaneError):
         message = error.message

@@ -336,6 +336,21 @@ def _serve(
         stopping.wait(TICK_S)
 
 
+TARGETS_FILE = "prometheus-targets.json"
+"""Prometheus file-SD list of every process's ``/metrics`` endpoint, in the state directory."""
+
+
+def _target(address: str, process: str) -> dict[str, object]:
+    return {"targets": [address], "labels": {"job": "voicelane", "process": process}}
+
+
+def _write_targets(path: Path, targets: list[dict[str, object]]) -> None:
+    """Written whole, then renamed: Prometheus never reads half a file."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(targets, indent=2) + "\n")
+    partial.replace(path)
+
+
 def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
     state_dir = state_dir.resolve()
     log_dir = state_dir / "logs"
@@ -368,6 +383,8 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
             )
             for n in range(1, render_workers + 1)
         ]
+        metrics_port = StackSettings().metrics_base_port
+        targets = [_target(f"{api.host}:{api.port}", "api")]
         for name, args, where in (
             *render,
             ("cpu-worker", ["worker", "--queues", "control,assemble"], "queues control, assemble"),
@@ -375,9 +392,16 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
             ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)"),
             ("flower", ["flower"], f"http://{flower.flower_host}:{flower.flower_port}"),
         ):
-            child = Child(name, args, where, env, log_dir)
+            child_env = env
+            if args[0] in ("worker", "grpc"):  # the API serves /metrics on its own port
+                child_env = {**env, "VOICELANE_METRICS_PORT": str(metrics_port)}
+                targets.append(_target(f"127.0.0.1:{metrics_port}", name))
+                metrics_port += 1
+            child = Child(name, args, where, child_env, log_dir)
             supervisor.children.append(child)
             child.start()
+        # Flower's /metrics needs its login: scrape it with its own job (deploy/prometheus.yml).
+        _write_targets(state_dir / TARGETS_FILE, targets)
         supervisor.write_state()
         banner = _banner(supervisor, api.redis_url, dev)
         _serve(supervisor, lambda: _ready(api, grpc_target), banner, stopping)

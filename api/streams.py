@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from api.engines import EngineRegistry
 from api.output_reader import OutputReader, Subscription
+from core import metrics
 from core.audio.stream import StreamEncoding, stream_sample_rates
 from core.errors import (
     DeadlineExceededError,
@@ -109,6 +110,8 @@ class StreamAsk:
     """An id the client chose (it can resume with it); None: the gateway makes one."""
     paced: bool = True
     """Live: synthesised just ahead of playback. False: file-style, as fast as possible."""
+    front: str = "grpc"
+    """Which front asked (``grpc``, ``websocket``, ``openai``): a label of its metrics."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +259,12 @@ class Stream:
         picked_up: bool,
         after_seq: int = -1,
         client_gone: ClientGone = lambda: False,
+        front: str | None = None,
     ) -> None:
         rt = gateway.settings.realtime
+        self._front = front
+        """Set for a new stream: its first audio is timed for ``chattts_stream_latency_ms``."""
+        self._opened_s = time.monotonic()
         self._gateway = gateway
         self._lane = gateway.lane
         self.tenant = tenant
@@ -324,6 +331,8 @@ class Stream:
                 for _, event in entries:
                     chunk = self._accept(event)
                     if chunk is not None:
+                        if self._front is not None and chunk.data:
+                            self._first_audio(self._front)
                         self.chunks_sent += 1
                         yield chunk
                     if self.finished:
@@ -340,6 +349,12 @@ class Stream:
             return
         self.closed = True
         await self._gateway.end(self.tenant, self.lane_id, cancel=not self.finished)
+
+    def _first_audio(self, front: str) -> None:
+        latency_ms = (time.monotonic() - self._opened_s) * 1000
+        engine = self._gateway.engines.engine
+        metrics.STREAM_LATENCY_MS.labels(front=front, engine=engine).observe(latency_ms)
+        self._front = None
 
     def _accept(self, event: OutputEvent) -> StreamChunk | None:
         if event.kind is EventKind.AUDIO:
@@ -465,7 +480,7 @@ class StreamGateway:
             request.request_id, tenant, request.voice, request.sample_rate_hz, request.speed,
             request.encoding.value, len(text),
         )  # fmt: skip
-        return self._stream(Stream, request, client_gone)
+        return self._stream(Stream, request, client_gone, ask.front)
 
     async def converse(
         self,
@@ -482,7 +497,7 @@ class StreamGateway:
             "conversation %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g",
             request.request_id, tenant, request.voice, request.sample_rate_hz, request.speed,
         )  # fmt: skip
-        conversation = self._stream(Conversation, request, client_gone)
+        conversation = self._stream(Conversation, request, client_gone, ask.front)
         assert isinstance(conversation, Conversation)
         return conversation
 
@@ -609,7 +624,7 @@ class StreamGateway:
                 raise
 
     def _stream(
-        self, kind: type[Stream], request: StreamRequest, client_gone: ClientGone
+        self, kind: type[Stream], request: StreamRequest, client_gone: ClientGone, front: str
     ) -> Stream:
         return kind(
             self,
@@ -620,6 +635,7 @@ class StreamGateway:
             client_ts_ms=request.client_ts_ms,
             picked_up=False,
             client_gone=client_gone,
+            front=front,
         )
 
     def _end_done(self, lane_id: str, *, cancelled: bool) -> Callable[[asyncio.Task[None]], None]:

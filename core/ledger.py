@@ -570,6 +570,17 @@ class Ledger:
         """Jobs not in a final state."""
         return int(self.redis.scard(self._active_key))
 
+    def active_by_state(self) -> dict[str, int]:
+        """Jobs not in a final state, counted by state (one round trip for all of them)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in self.active_jobs():
+            pipe.hget(self.key(job_id), "state")
+        counts: dict[str, int] = {}
+        for raw in pipe.execute():
+            state = _s(raw) or "gone"
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
     def record_error(self, job_id: str, error: str) -> None:
         """Remember the job's last error (shown when it fails for good)."""
         self.redis.hset(self.key(job_id), "last_error", " ".join(error.split())[:300])

@@ -101,6 +101,10 @@ class ServiceSettings(BaseSettings):
     503 / RESOURCE_EXHAUSTED. The budget is sized in docs/operations.md."""
     dev_mode: bool = False
     """Allows built-in development secrets (API key, Flower password). Never in production."""
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    """Where a worker or the gRPC front serves its Prometheus ``/metrics`` (None: not served;
+    the REST API serves it on its own port). ``voicelane up`` gives each process one."""
+    metrics_host: str = "127.0.0.1"
     engine: str = "espeak"
     max_text_chars: int = Field(1_000_000, ge=1)
     max_segment_chars: int = Field(300, ge=20)
@@ -191,6 +195,10 @@ class StackSettings(ServiceSettings):
     """Render (GPU-side) worker processes. None: one per CPU core for a CPU engine (one
     batcher per device, a core being the device: each process has its own GIL), one for a
     GPU engine (one worker per GPU; run more by hand on a multi-GPU host)."""
+
+    metrics_base_port: int = Field(9101, ge=1, le=65000)
+    """The workers and the gRPC front serve ``/metrics`` on consecutive ports from here (the
+    API on its own port); the list is written to ``{state_dir}/prometheus-targets.json``."""
 
     def render_worker_count(self) -> int:
         if self.render_workers is not None:

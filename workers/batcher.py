@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core import metrics
 from core.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -213,6 +214,8 @@ class _Item:
     chunks: list[PcmF32] = field(default_factory=list)
     delivered: bool = False
     """True once any audio went out to a stream (it can no longer be retried)."""
+    samples: int = 0
+    """Audio produced so far (for the real-time factor)."""
 
     @property
     def cancelled(self) -> bool:
@@ -242,6 +245,7 @@ class _Item:
     def deliver(self, chunk: PcmF32) -> None:
         if chunk.size == 0:
             return
+        self.samples += chunk.size
         if self.stream is not None:
             self.stream._put(chunk)
             self.delivered = True
@@ -290,8 +294,11 @@ class _Metrics:
         self.batches += 1
         self.items += len(items)
         self.batch_sizes[len(items)] = self.batch_sizes.get(len(items), 0) + 1
+        top = min(item.priority for item in items)
+        metrics.BATCH_SIZE.labels(top.name.lower()).observe(len(items))
         for item in items:
             waited = max(0.0, started_at - item.submitted_at)
+            metrics.BATCH_WAIT_S.labels(item.priority.name.lower()).observe(waited)
             self.waits[item.priority].append(waited)
             self.wait_count[item.priority] += 1
             self.wait_sum_s[item.priority] += waited
@@ -721,6 +728,10 @@ class Batcher:
             for item in batch:
                 item.fail(typed)
         else:
+            elapsed_s = self.clock() - started_at
+            audio_s = sum(item.samples for item in batch) / self.engine.sample_rate_hz
+            if elapsed_s > 0 and audio_s > 0:
+                metrics.REALTIME_FACTOR.observe(audio_s / elapsed_s)
             with self._lock:
                 self._successes += 1
                 if (
@@ -781,6 +792,7 @@ class Batcher:
     def _on_oom(self, batch: list[_Item], error: EngineOutOfMemoryError) -> None:
         retry = [item for item in batch if not item.delivered]
         lost = [item for item in batch if item.delivered]
+        metrics.OOM_EVENTS.inc()
         with self._lock:
             self._metrics.oom_events += 1
             self._successes = 0

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from core import metrics
 from core.audio import AudioFormat, float_to_int16, int16_to_float, open_writer
 from core.batch_lane import (
     ASSEMBLE_TASK,
@@ -227,6 +228,8 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
     if lease.status != "acquired":
         return lease.status
     attempts = ledger.record_attempt(job_id, n)
+    if attempts > 1:
+        metrics.CHUNK_RETRIES.inc()
     if attempts > ctx.settings.max_chunk_attempts:
         ledger.release_chunk(job_id, n, lease.token)
         reason = ledger.last_error(job_id) or "the worker died"
@@ -414,6 +417,7 @@ def notify_job(ctx: JobContext, job_id: str, *, client: httpx.Client | None = No
             AllowList.parse(settings.callback_allow), settings.callback_timeout_s
         )
     except ConfigError as error:
+        metrics.CALLBACK_FAILURES.inc()
         log.warning("callback of job %s not sent: %s", job_id, error)
         return 0
     try:
@@ -425,14 +429,17 @@ def notify_job(ctx: JobContext, job_id: str, *, client: httpx.Client | None = No
             job_id=job.id,
         )
     except InvalidInputError as refused:
+        metrics.CALLBACK_FAILURES.inc()
         log.warning("callback of job %s refused, not retried: %s", job_id, refused)
         return 0
     except httpx.HTTPError as error:
+        metrics.CALLBACK_FAILURES.inc()
         raise CallbackError(f"callback of job {job_id} failed: {_one_line(error)}") from None
     finally:
         if own:
             http.close()
     if response.status_code >= 500 or response.status_code == 429:
+        metrics.CALLBACK_FAILURES.inc()
         raise CallbackError(f"callback answered {response.status_code}")
     return response.status_code
 

@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 
+from core import metrics
 from core.batch_lane import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
 from core.ledger import JobState
 from workers.jobs import JobContext, feed_render_queue, sweep_expired_jobs
@@ -54,6 +55,7 @@ def reconcile_once(ctx: JobContext, *, now: float | None = None) -> int:
                     job_id, f"chunk:{n}", hold_s
                 ):
                     ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
+                    metrics.LEASE_TAKEOVERS.inc()
                     requeued += 1
         elif stalled and job.state in (JobState.QUEUED, JobState.PLANNING):
             if ledger.requeue_once(job_id, "plan", settings.stall_timeout_s):

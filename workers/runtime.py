@@ -18,6 +18,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from core import metrics
 from core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
 from core.ledger import Ledger
 from core.realtime_lane import RealtimeWorkerClient
@@ -26,6 +27,7 @@ from core.storage import open_storage
 from workers import context
 from workers.celery_app import configure, enqueue
 from workers.jobs import JobContext, LeaseKeeper
+from workers.metrics import register_worker_metrics
 from workers.realtime import RealtimeConsumer
 from workers.reconciler import Reconciler
 
@@ -101,6 +103,15 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     app = configure(settings)
     process = start_worker_process(settings, queues=queues, name=name)
     context.install(process.jobs)
+    if settings.metrics_port:
+        realtime = process.realtime
+        register_worker_metrics(
+            settings.device,
+            process.jobs.batcher,
+            (lambda: realtime.free_slots) if realtime is not None else None,
+            settings.realtime.slots_per_worker,
+        )
+        metrics.serve(settings.metrics_port, settings.metrics_host)
     try:
         worker = app.Worker(
             hostname=name,

@@ -91,17 +91,25 @@ async def local_file(
 
 
 def _metrics_text(state: ApiState) -> bytes:
-    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+    from prometheus_client import REGISTRY, CollectorRegistry, Gauge, generate_latest
 
     registry = CollectorRegistry()
     queue_depth = Gauge(
         "voicelane_queue_depth", "Messages waiting per Celery queue", ["queue"], registry=registry
     )
     active = Gauge("voicelane_jobs_active", "Jobs not in a final state", registry=registry)
+    jobs = Gauge(
+        "voicelane_jobs", "Jobs not in a final state, by state", ["state"], registry=registry
+    )
     try:
         for queue in QUEUES:
             queue_depth.labels(queue=queue).set(state.ledger.queue_length(queue))
         active.set(state.ledger.active_count())
+        for job_state in ("queued", "planning", "rendering", "assembling"):
+            jobs.labels(state=job_state).set(0)
+        for job_state, count in state.ledger.active_by_state().items():
+            jobs.labels(state=job_state).set(count)
     except Exception:
         log.warning("metrics: Redis unavailable")
-    return generate_latest(registry)
+    # This process's own (the WebSocket and OpenAI fronts' stream latency, ...).
+    return generate_latest(registry) + generate_latest(REGISTRY)

@@ -145,6 +145,7 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
             sample_rate_hz=body.sample_rate_hz,
             client_ts_ms=body.client_ts_ms,
             paced=body.pace,
+            front="websocket",
         )
         stream = await state.streams.synthesize(tenant, body.text, ask)
         await socket.send_json({"type": "start", "request_id": stream.request_id})
@@ -275,6 +276,7 @@ async def openai_speech(request: Request, state: State, tenant: Tenant) -> Strea
         sample_rate_hz=body.sample_rate_hz,
         encoding=encoding,
         paced=body.pace,
+        front="openai",
     )
     stream = await state.streams.synthesize(tenant, body.input, ask, text_field="input")
     return StreamingResponse(

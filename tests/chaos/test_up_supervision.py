@@ -167,6 +167,7 @@ def up(tmp_path: Path) -> Iterator[Up]:
             "VOICELANE_GRPC_PORT": str(grpc_port),
             "VOICELANE_FLOWER_PORT": str(flower_port),
             "VOICELANE_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "VOICELANE_METRICS_BASE_PORT": str(free_port()),  # and the next two
         }
     )
     command = [sys.executable, "-m", "api.cli", "up", "--state-dir", str(state_dir)]
@@ -245,6 +246,12 @@ def test_every_process_of_up_comes_back_after_a_sigkill_and_sigterm_stops_them_a
 ) -> None:
     started = time.monotonic()
     works_end_to_end(up)
+    targets = json.loads(read(up.state_dir / "prometheus-targets.json"))
+    listed = {t["labels"]["process"]: t["targets"][0] for t in targets}
+    assert set(listed) == {"api", "gpu-worker", "cpu-worker", "grpc"}, listed
+    for process in ("gpu-worker", "cpu-worker", "grpc"):  # the API's needs its token
+        scraped = httpx.get(f"http://{listed[process]}/metrics", timeout=5).text
+        assert "voicelane_" in scraped or "grpc_stream_errors_total" in scraped, process
     for kind in KINDS:
         kill_and_recover(up, kind)
         print(f"{kind}: back and working after {time.monotonic() - started:.1f} s")

@@ -120,13 +120,26 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def gpu_worker(self, name: str = "gpu", concurrency: int | None = None) -> Proc:
+    def gpu_worker(
+        self,
+        name: str = "gpu",
+        concurrency: int | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> Proc:
         threads = ["--concurrency", str(concurrency)] if concurrency else []
-        return self.spawn(name, "worker", *threads, "--hostname", f"{name}@test")
-
-    def cpu_worker(self, name: str = "cpu") -> Proc:
         return self.spawn(
-            name, "worker", "--queues", "control,assemble", "--hostname", f"{name}@test"
+            name, "worker", *threads, "--hostname", f"{name}@test", extra_env=extra_env
+        )
+
+    def cpu_worker(self, name: str = "cpu", extra_env: dict[str, str] | None = None) -> Proc:
+        return self.spawn(
+            name,
+            "worker",
+            "--queues",
+            "control,assemble",
+            "--hostname",
+            f"{name}@test",
+            extra_env=extra_env,
         )
 
     def api(self) -> Proc:
@@ -158,10 +171,10 @@ class Stack:
         wait_for(answers, 60, "Flower to answer")
         return proc
 
-    def grpc(self) -> Proc:
+    def grpc(self, extra_env: dict[str, str] | None = None) -> Proc:
         """The gRPC front; ready once its health service answers SERVING."""
         self.grpc_port = free_port()
-        proc = self.spawn("grpc", "grpc", "--port", str(self.grpc_port))
+        proc = self.spawn("grpc", "grpc", "--port", str(self.grpc_port), extra_env=extra_env)
 
         def serving() -> bool:
             if not proc.alive():
