@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_STAMP := $(VENV)/.system-deps
 PYTEST_ARGS ?=
 
-.PHONY: all install install-chattts system-deps demo stop test lint format bench compose-check proto clean
+.PHONY: all install install-chattts install-prometheus system-deps demo stop test lint format bench compose-check proto clean
 
 all: test
 
@@ -36,6 +36,14 @@ $(CHATTTS_STAMP): pyproject.toml scripts/install-chattts.sh $(STAMP)
 
 install-chattts: $(CHATTTS_STAMP)
 
+# Debian's Prometheus, for the tests that evaluate the dashboard and alert rules against it.
+PROMETHEUS_STAMP := $(VENV)/.installed-prometheus
+$(PROMETHEUS_STAMP): scripts/install-prometheus.sh $(SYSTEM_STAMP)
+	scripts/install-prometheus.sh
+	@touch $@
+
+install-prometheus: $(PROMETHEUS_STAMP)
+
 # The embedded default first (no servers), then the whole stack over REST.
 demo: install
 	@mkdir -p out
@@ -49,7 +57,7 @@ stop:
 		echo "stack stopped"; \
 	else echo "no stack running"; fi
 
-test: install install-chattts
+test: install install-chattts install-prometheus
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install install-chattts
