@@ -72,6 +72,14 @@ REALTIME_FACTOR = Histogram(
 OOM_EVENTS = Counter(
     "voicelane_oom_events_total", "Engine out-of-memory errors (the batcher halves max_batch)"
 )
+ENGINE_RELOADS = Counter(
+    "voicelane_engine_reloads_total", "Hot-swaps: the engine's weights reloaded in place"
+)
+ENGINE_MEMORY_BYTES = Gauge(
+    "voicelane_engine_memory_bytes",
+    "The engine's memory around its last reload (CUDA allocator on a GPU, RSS on the CPU)",
+    ["when"],
+)
 CHUNK_RETRIES = Counter(
     "voicelane_chunk_retries_total", "Batch-lane chunks rendered again after a failed attempt"
 )
@@ -126,6 +134,8 @@ __all__ = [
     "BATCH_WAIT_S",
     "CALLBACK_FAILURES",
     "CHUNK_RETRIES",
+    "ENGINE_MEMORY_BYTES",
+    "ENGINE_RELOADS",
     "GRPC_STREAM_ERRORS",
     "LEASE_TAKEOVERS",
     "OOM_EVENTS",

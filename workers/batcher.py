@@ -90,6 +90,17 @@ class WaitStats:
 
 
 @dataclass(frozen=True, slots=True)
+class ReloadReport:
+    """A hot-swap: the engine's memory (device allocator on a GPU, resident memory on the
+    CPU) before, with the old weights gone, and with the new ones; how long it took."""
+
+    before_bytes: int
+    unloaded_bytes: int
+    after_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class BatcherStats:
     batches: int
     items: int
@@ -364,6 +375,7 @@ class Batcher:
         self._waiting = False
         self._plan: _WaitPlan | None = None
         self._metrics = _Metrics(clock())
+        self._reloads: list[Future[ReloadReport]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -525,6 +537,51 @@ class Batcher:
 
     # ------------------------------------------------------------------ scheduler thread
 
+    def reload(self) -> Future[ReloadReport]:
+        """Reload the engine's weights (hot-swap) between two batches, on the engine thread:
+        queued work waits and then runs on the new weights; nothing is dropped. The future
+        answers with the engine's memory before and after."""
+        future: Future[ReloadReport] = Future()
+        with self._lock:
+            if self._closing:
+                future.set_exception(ShuttingDownError(f"{self._name} is stopping"))
+                return future
+            self._reloads.append(future)
+            self._wakeup.notify_all()
+        return future
+
+    def _reload_engine(self) -> None:
+        with self._lock:
+            waiting, self._reloads = self._reloads, []
+        started = time.monotonic()
+        before = self.engine.memory_in_use_bytes()
+        try:
+            self.engine.unload()
+            unloaded = self.engine.memory_in_use_bytes()
+            self.engine.load()
+        except BaseException as error:
+            log.exception("engine %s failed to reload", self.engine.name)
+            for future in waiting:
+                future.set_exception(error)
+            return
+        report = ReloadReport(
+            before_bytes=before,
+            unloaded_bytes=unloaded,
+            after_bytes=self.engine.memory_in_use_bytes(),
+            seconds=time.monotonic() - started,
+        )
+        metrics.ENGINE_RELOADS.inc()
+        metrics.ENGINE_MEMORY_BYTES.labels("before_reload").set(report.before_bytes)
+        metrics.ENGINE_MEMORY_BYTES.labels("unloaded").set(report.unloaded_bytes)
+        metrics.ENGINE_MEMORY_BYTES.labels("after_reload").set(report.after_bytes)
+        log.info(
+            "engine %s reloaded in %.1f s: memory %d MiB before, %d MiB unloaded, %d MiB after",
+            self.engine.name, report.seconds, report.before_bytes >> 20,
+            report.unloaded_bytes >> 20, report.after_bytes >> 20,
+        )  # fmt: skip
+        for future in waiting:
+            future.set_result(report)
+
     def _run(self) -> None:
         try:
             self.engine.load()
@@ -538,6 +595,9 @@ class Batcher:
         self._loaded.set()
         try:
             while (batch := self._next_batch()) is not None:
+                if not batch:  # a reload asked for: between two batches
+                    self._reload_engine()
+                    continue
                 self._execute(batch)
         finally:
             self._fail_all(ShuttingDownError(f"{self._name} stopped"))
@@ -561,6 +621,8 @@ class Batcher:
         try:
             with self._lock:
                 while True:
+                    if self._reloads and not self._closing:
+                        return []
                     now = self.clock()
                     self._sweep(now, dropped)
                     queues = self._queues

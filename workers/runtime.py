@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
+from concurrent.futures import Future
 from dataclasses import dataclass
+
+from celery.signals import worker_ready
 
 from core import metrics
 from core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
@@ -25,6 +29,7 @@ from core.realtime_lane import RealtimeWorkerClient
 from core.settings import WorkerSettings
 from core.storage import open_storage
 from workers import context
+from workers.batcher import Batcher, ReloadReport
 from workers.celery_app import configure, enqueue
 from workers.jobs import JobContext, LeaseKeeper
 from workers.metrics import register_worker_metrics
@@ -65,7 +70,6 @@ def start_worker_process(
     jobs.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
     process = WorkerProcess(jobs)
     if RENDER_QUEUE in queues:
-        from workers.batcher import Batcher
         from workers.engines import create_engine
 
         engine = create_engine(settings.engine, device=settings.device)
@@ -86,6 +90,27 @@ def default_concurrency(jobs: JobContext) -> int:
     return 4 if jobs.batcher.max_batch == 1 else 16
 
 
+def _reload_on_sighup(batcher: Batcher) -> None:
+    """SIGHUP hot-swaps the engine's weights (``Batcher.reload``) instead of Celery's default
+    (restarting the whole worker, which drops its real-time streams). Installed once the
+    worker is ready, over Celery's own handler."""
+
+    def reload(*_: object) -> None:
+        log.info("SIGHUP: reloading engine %s", batcher.engine.name)
+        batcher.reload().add_done_callback(_report_reload)
+
+    def install(**_: object) -> None:
+        signal.signal(signal.SIGHUP, reload)
+
+    worker_ready.connect(install, weak=False)
+
+
+def _report_reload(future: Future[ReloadReport]) -> None:
+    error = future.exception()
+    if error is not None:
+        log.error("engine reload failed: %s", error)
+
+
 def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     """Run a Celery worker (threads pool) on ``settings.queues`` until it is stopped."""
     from workers import tasks  # noqa: F401 - registers the tasks
@@ -103,6 +128,8 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     app = configure(settings)
     process = start_worker_process(settings, queues=queues, name=name)
     context.install(process.jobs)
+    if process.jobs.batcher is not None:
+        _reload_on_sighup(process.jobs.batcher)
     if settings.metrics_port:
         realtime = process.realtime
         register_worker_metrics(

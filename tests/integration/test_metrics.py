@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Iterator
 
 import grpc
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.integration
 
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
 TEXT = "The weather is nice today. We will walk along the river."
+FINAL = ("done", "failed", "cancelled")
 METRICS_TOKEN = "metrics-token-for-tests-0123456789"
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -150,3 +152,44 @@ def test_every_process_exports_its_metrics_and_they_move(
     assert value(api, "chattts_stream_latency_ms_count", front="websocket", engine="espeak") >= 1
     assert value(api, "voicelane_queue_depth", queue="render") >= 0
     assert value(api, "voicelane_jobs", state="rendering") >= 0
+
+
+def test_sighup_hot_swaps_the_engine_under_load_and_loses_nothing(
+    lane: tuple[Stack, dict[str, str]],
+) -> None:
+    """SIGHUP reloads the worker's engine between batches (not Celery's restart): a job
+    rendering and live streams running at that moment all finish, and the reload is counted
+    with the engine's memory before and after."""
+    stack, urls = lane
+    worker = next(proc for proc in stack.procs if proc.name == "gpu")
+
+    async def streams_during_reload() -> list[bool]:
+        async def one() -> bool:
+            async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+                stub = pb_grpc.SpeechStub(channel)
+                request = pb.SynthesizeRequest(text=TEXT * 3)
+                chunks = [c async for c in stub.Synthesize(request, metadata=METADATA, timeout=60)]
+            return bool(chunks) and chunks[-1].final
+
+        tasks = [asyncio.create_task(one()) for _ in range(4)]
+        await asyncio.sleep(0.3)
+        worker.process.send_signal(signal.SIGHUP)
+        return list(await asyncio.gather(*tasks))
+
+    with stack.client() as client:
+        response = client.post("/v1/jobs", json={"text": TEXT * 200})
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        assert all(asyncio.run(streams_during_reload()))
+        job = wait_for(
+            lambda: (j := client.get(f"/v1/jobs/{job_id}").json())["state"] in FINAL and j,
+            180,
+            "the job",
+        )
+    assert job["state"] == "done", job
+    assert worker.alive()  # reloaded in place, not restarted
+    gpu = scrape(urls["gpu"])
+    assert value(gpu, "voicelane_engine_reloads_total") == 1
+    for when in ("before_reload", "unloaded", "after_reload"):
+        assert value(gpu, "voicelane_engine_memory_bytes", when=when) > 0
+    assert "reloaded in" in worker.log.read_text()

@@ -14,6 +14,7 @@ for iteration-level scheduling later, where items join a running batch between s
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,12 @@ class Engine(ABC):
 
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release the model and its memory. ``load`` may be called again afterwards."""
+
+    def memory_in_use_bytes(self) -> int:
+        """Memory the engine's device holds for this process: the process's resident memory
+        here (a CPU engine); a GPU engine reports its allocator's."""
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
     @abstractmethod
     def voices(self) -> list[VoiceInfo]:

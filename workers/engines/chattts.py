@@ -247,6 +247,13 @@ class ChatTTSEngine(Engine):
         """The loaded model (for tests and benchmarks)."""
         return self._require().model
 
+    def memory_in_use_bytes(self) -> int:
+        """The CUDA allocator's bytes on a GPU; the process's resident memory on the CPU."""
+        device = torch.device(self.settings.device)
+        if device.type == "cuda" and torch.cuda.is_available():
+            return int(torch.cuda.memory_allocated(device))
+        return super().memory_in_use_bytes()
+
     def load(self) -> None:
         """Verify the checkpoint, load it on the device; again after ``unload`` (hot-swap)."""
         if self._loaded is not None:
