@@ -9,6 +9,10 @@ Measured in one run, on the same checkpoint and device:
    ``first_chunk_steps``), against ChatTTS's ``infer(stream=True)`` on the same B texts
    (first chunk after 72 steps, prefix re-decoded every chunk).
 3. **Hot-swap**: GPU memory allocated before ``load``, after it, and after ``unload``.
+4. **Live streams under a batch load, metrics exported**: the batch class saturated while live
+   streams arrive one by one; their first audio, and the worker's Prometheus metrics (batch
+   size and wait per class, real-time factor, device memory, max batch, OOM events, first
+   audio) written as ``chattts_gpu_metrics.prom`` next to the JSON.
 
 Self-checks (exit status 1 when one fails): every item comes back with steps x 512 - 256
 samples; a streamed utterance equals its whole render within 1e-3 of its peak; ``unload``
@@ -76,6 +80,9 @@ class Options:
     steps: int
     repeat: int
     smoke: bool
+    live_streams: int = 40
+    live_every_ms: int = 100
+    live_batch_items: int = 64
 
 
 @dataclasses.dataclass
@@ -333,6 +340,90 @@ def hot_swap(directory: Path, options: Options, report: Report) -> None:
         report.check(rows[-1]["after"] - before_first <= 16, "unload returns the GPU memory")
 
 
+# ---- 4. live streams under a batch load, with the workers' metrics ---------------------------
+
+
+def live_load(directory: Path, options: Options, report: Report, metrics_path: Path) -> None:
+    """A worker's shape, without Redis: the batch class saturated with long items while live
+    streams arrive every ``--live-every-ms``; each stream's first audio is observed into
+    ``chattts_stream_latency_ms{front="bench"}`` and the worker's collectors (batcher, device
+    memory) are registered, then the whole Prometheus exposition is written to
+    ``metrics_path`` and its key lines printed."""
+    from prometheus_client import generate_latest
+
+    from core import metrics
+    from workers.metrics import register_worker_metrics
+
+    engine = engine_for(directory, options)
+    config = BatcherSettings(max_batch=64)
+    batch_steps = options.steps * 2
+    print(
+        f"### Live streams under a batch load: {options.live_streams} streams, one every "
+        f"{options.live_every_ms} ms, batch class {options.live_batch_items} x {batch_steps} "
+        "steps\n"
+    )
+    with Batcher(engine, config) as batcher:
+        collectors = register_worker_metrics(options.device, batcher, None, 0)
+        try:
+            utterances = [
+                Utterance(text, VOICE, seed=n, params=exact(batch_steps))
+                for n, text in enumerate(texts(options.live_batch_items))
+            ]
+            background = [batcher.submit(u, priority=Priority.BATCH) for u in utterances]
+            first_ms: list[float] = []
+            for n in range(options.live_streams):
+                started = time.perf_counter()
+                stream = batcher.submit_stream(
+                    Utterance(TEXTS[n % len(TEXTS)], VOICE, seed=100 + n, params=exact(96)),
+                    priority=Priority.REALTIME,
+                )
+                assert stream.read(TIMEOUT_S) is not None
+                latency_ms = (time.perf_counter() - started) * 1000
+                first_ms.append(latency_ms)
+                metrics.STREAM_LATENCY_MS.labels(front="bench", engine="chattts").observe(
+                    latency_ms
+                )
+                while stream.read(TIMEOUT_S) is not None:
+                    pass
+                time.sleep(options.live_every_ms / 1000)
+            for future in background:
+                future.result(TIMEOUT_S * 4)
+            text = generate_latest().decode()
+        finally:
+            for collector in collectors:
+                collector.close()
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text(text)
+    ordered = sorted(first_ms)
+    row = {
+        "streams": len(first_ms),
+        "first_ms_p50": statistics.median(ordered),
+        "first_ms_max": ordered[-1],
+    }
+    report.tables["live_load"] = [row]
+    header("streams", "first audio p50 ms", "first audio max ms")
+    print(f"| {row['streams']} | {row['first_ms_p50']:.0f} | {row['first_ms_max']:.0f} |\n")
+    wanted = (
+        "chattts_stream_latency_ms_count",
+        "voicelane_batch_size_count",
+        "voicelane_batch_size_sum",
+        "voicelane_realtime_factor_count",
+        "voicelane_realtime_factor_sum",
+        "gpu_memory_free_bytes",
+        "voicelane_max_batch",
+        "voicelane_batcher_utilisation",
+        "voicelane_oom_events_total",
+    )
+    shown = [line for line in text.splitlines() if line.startswith(wanted)]
+    print("```\n" + "\n".join(shown) + "\n```")
+    print(f"- the whole exposition: {metrics_path}\n")
+    report.check(
+        any(line.startswith("voicelane_batch_size_count") for line in shown)
+        and any(line.startswith("gpu_memory_free_bytes") for line in shown),
+        "the worker's metrics are exported",
+    )
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -347,9 +438,12 @@ def parse_options() -> tuple[Options, Path | None, Path | None]:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--checkpoint", type=Path, help="reuse (or build into) this directory")
     parser.add_argument("--json", type=Path, help="write the numbers here")
+    parser.add_argument("--live-streams", type=int, default=40, help="phase 4: live streams")
+    parser.add_argument("--live-every-ms", type=int, default=100)
+    parser.add_argument("--live-batch-items", type=int, default=64, help="phase 4: batch load")
     args = parser.parse_args()
     if args.cpu_smoke:
-        options = Options("cpu", False, [1, 2, 4], [1, 2], 32, 1, True)
+        options = Options("cpu", False, [1, 2, 4], [1, 2], 32, 1, True, 4, 10, 4)
     else:
         options = Options(
             device=args.device,
@@ -359,6 +453,9 @@ def parse_options() -> tuple[Options, Path | None, Path | None]:
             steps=args.steps,
             repeat=args.repeat,
             smoke=False,
+            live_streams=args.live_streams,
+            live_every_ms=args.live_every_ms,
+            live_batch_items=args.live_batch_items,
         )
     return options, args.checkpoint, args.json
 
@@ -411,6 +508,8 @@ def main() -> int:
         throughput(directory, options, report)
         first_audio(directory, options, report)
         hot_swap(directory, options, report)
+        metrics_path = (json_path.parent if json_path else Path(".")) / "chattts_gpu_metrics.prom"
+        live_load(directory, options, report, metrics_path)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"environment": info, **report.tables, "failures": report.failures}

@@ -22,7 +22,8 @@ version() { "$VENV_PY" -c "import importlib.metadata as m, sys; print(m.version(
 
 # Pure Python: a wheel from PyPI, or one built here from the sdist.
 pure=(chattts vocos encodec vector-quantize-pytorch einx loguru torch-einops-utils
-      pydantic pydantic-settings python-dotenv annotated-types typing-inspection pycparser)
+      pydantic pydantic-settings python-dotenv annotated-types typing-inspection pycparser
+      prometheus-client)
 # Compiled: the CPython $PY_VERSION manylinux wheel.
 binary=(pybase16384 cffi pydantic-core frozendict)
 

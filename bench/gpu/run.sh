@@ -43,7 +43,7 @@ print(f"run.sh: python {sys.version.split()[0]}, torch {torch.__version__}, "
       f"CUDA available: {torch.cuda.is_available()}")
 PYEOF
 
-MODULES="ChatTTS vocos vector_quantize_pytorch pybase16384 pydantic pydantic_settings transformers tokenizers safetensors numba"
+MODULES="ChatTTS vocos vector_quantize_pytorch pybase16384 pydantic pydantic_settings prometheus_client transformers tokenizers safetensors numba"
 missing() {
     PYTHONPATH="$SITE:${PYTHONPATH:-}" "$PY" - $MODULES <<'PYEOF'
 import importlib, sys
