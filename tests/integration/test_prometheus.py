@@ -145,6 +145,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
 
 def query(url: str, promql: str) -> list[dict[str, Any]]:
     response = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=10)
+    response.raise_for_status()  # 503 "Service Unavailable" while Prometheus starts
     body = response.json()
     assert body["status"] == "success", f"{promql}: {body}"
     return list(body["data"]["result"])
