@@ -175,11 +175,8 @@ class Admission:
         used up: past capacity a refusal must cost next to nothing (a full lane sees many
         more requests than it serves, and each one's Redis calls would slow the streams it
         serves)."""
-        fresh = time.monotonic() - self._fetched_at < self._ttl_s
-        if fresh and self._capacity - self._in_flight - self._submitted <= 0:
-            raise NoCapacityError(
-                "no real-time capacity; retry shortly", retry_after_s=NO_CAPACITY_RETRY_S
-            )
+        if time.monotonic() - self._fetched_at < self._ttl_s:
+            self._check_room()
 
     async def _reserve(self) -> None:
         async with self._lock:
@@ -187,11 +184,15 @@ class Admission:
                 self._submitted = 0
                 self._capacity = await self._lane.capacity()
                 self._fetched_at = time.monotonic()
-            if self._capacity - self._in_flight - self._submitted <= 0:
-                raise NoCapacityError(
-                    "no real-time capacity; retry shortly", retry_after_s=NO_CAPACITY_RETRY_S
-                )
+            self._check_room()
             self._in_flight += 1
+
+    def _check_room(self) -> None:
+        """NoCapacityError when the cached capacity is used up."""
+        if self._capacity - self._in_flight - self._submitted <= 0:
+            raise NoCapacityError(
+                "no real-time capacity; retry shortly", retry_after_s=NO_CAPACITY_RETRY_S
+            )
 
 
 # ---- relay ---------------------------------------------------------------------------------

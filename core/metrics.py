@@ -141,7 +141,6 @@ __all__ = [
     "OOM_EVENTS",
     "REALTIME_FACTOR",
     "STREAM_LATENCY_MS",
-    "Gauge",
     "ReadAtScrape",
     "gauge",
     "serve",

@@ -689,8 +689,8 @@ def _capacity_report(free_slots: int) -> str:
 class RealtimeWorkerClient:
     """What a GPU worker does with the lane: claim, heartbeat, read input, write output.
 
-    Calls on many sessions' behalf go together through :meth:`batch` (one round trip); the
-    single-call methods are the same calls in a batch of one.
+    Calls on many sessions' behalf go together through :meth:`batch` (one round trip);
+    ``append_output`` and ``finish`` are the same calls in a batch of one.
     """
 
     def __init__(
@@ -746,24 +746,11 @@ class RealtimeWorkerClient:
         ttl_ms = int(self.settings.heartbeat_ttl_s * 1000)
         self.redis.set(heartbeat_key(request_id), self.consumer, px=ttl_ms)
 
-    def heartbeat(self, sessions: Sequence[tuple[str, str]], free_slots: int) -> None:
-        """One round trip for everything alive (see :meth:`WorkerBatch.heartbeat`)."""
-        batch = self.batch()
-        batch.heartbeat(sessions, free_slots)
-        batch.execute_or_raise()
-
     def read_input(
         self, request_id: str, after_id: str, block_ms: int
     ) -> list[tuple[str, InputPiece]]:
         reply = self.redis.xread({input_key(request_id): after_id}, count=256, block=block_ms)
         return [(entry_id, _piece(fields)) for entry_id, fields in _parse_stream_reply(reply)]
-
-    def begin_session(self, request_id: str) -> list[tuple[str, InputPiece]]:
-        """Take ownership, beat once and read the input so far: one round trip."""
-        batch = self.batch()
-        batch.begin_session(request_id)
-        (pieces,) = batch.execute_or_raise()
-        return cast(list[tuple[str, InputPiece]], pieces)
 
     def take_ownership(self, request_id: str) -> None:
         """From now on only this worker may write the request's output."""
@@ -775,12 +762,6 @@ class RealtimeWorkerClient:
         batch.append_output(request_id, *events)
         (appended,) = batch.execute_or_raise()
         return bool(appended)
-
-    def output_events(self, request_id: str) -> list[OutputEvent]:
-        batch = self.batch()
-        batch.output_events(request_id)
-        (events,) = batch.execute_or_raise()
-        return cast(list[OutputEvent], events)
 
     def cancelled(self, request_id: str) -> bool:
         return bool(self.redis.exists(cancel_key(request_id)))
