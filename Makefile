@@ -36,10 +36,11 @@ $(CHATTTS_STAMP): pyproject.toml scripts/install-chattts.sh $(STAMP)
 
 install-chattts: $(CHATTTS_STAMP)
 
-# Debian's Prometheus, for the tests that evaluate the dashboard and alert rules against it.
+# Debian's Prometheus (with promtool), for the tests that evaluate the dashboard and alert
+# rules against it; its service is not started (the tests run their own, on a free port).
 PROMETHEUS_STAMP := $(VENV)/.installed-prometheus
-$(PROMETHEUS_STAMP): scripts/install-prometheus.sh $(SYSTEM_STAMP)
-	scripts/install-prometheus.sh
+$(PROMETHEUS_STAMP): scripts/install-system-deps.sh $(SYSTEM_STAMP)
+	PYTHON=$(PYTHON) scripts/install-system-deps.sh prometheus
 	@touch $@
 
 install-prometheus: $(PROMETHEUS_STAMP)

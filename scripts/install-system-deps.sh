@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Install the Debian packages voicelane needs, only those missing. Idempotent.
+#   install-system-deps.sh [EXTRA...]  also installs EXTRA packages (the Makefile adds
+#   prometheus for the tests only; packages are installed, their services never started here).
 #   libopus0    libopus for the streaming Opus encoder (opuslib loads it with ctypes)
 #   opus-tools  opusinfo, which the tests and benchmarks use to validate Ogg Opus files
 #   redis-server the broker and job ledger (started by voicelane's own scripts, never as a system service)
 #   python3-venv (only when this Python cannot make a virtual environment)
 set -euo pipefail
 
-packages=(libopus0 opus-tools redis-server)
+packages=(libopus0 opus-tools redis-server "$@")
 python=${PYTHON:-python3}
 
 if ! "$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then

@@ -15,7 +15,7 @@ import pytest
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.redis_server import RedisServer, free_port
+from core.redis_server import RedisServer
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, Stack, wait_for
@@ -60,11 +60,8 @@ def lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, dict
         redis_server.url,
         env_overrides={"VOICELANE_METRICS_TOKEN": METRICS_TOKEN},
     )
-    ports = {name: str(free_port()) for name in ("gpu", "cpu", "grpc")}
     try:
-        stack.gpu_worker(extra_env={"VOICELANE_METRICS_PORT": ports["gpu"]})
-        stack.cpu_worker(extra_env={"VOICELANE_METRICS_PORT": ports["cpu"]})
-        stack.grpc(extra_env={"VOICELANE_METRICS_PORT": ports["grpc"]})
+        ports = stack.metered_processes()
         stack.api()
         stack.wait_realtime_workers()
         urls = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
@@ -111,7 +108,7 @@ def test_every_process_exports_its_metrics_and_they_move(
 ) -> None:
     stack, urls = lane
     before = {name: scrape(url) for name, url in urls.items()}
-    assert value(before["gpu"], "voicelane_realtime_slots", state="used") == 0
+    assert value(before["gpu-worker"], "voicelane_realtime_slots", state="used") == 0
 
     with stack.client() as client:
         response = client.post("/v1/jobs", json={"text": TEXT * 20})
@@ -122,10 +119,12 @@ def test_every_process_exports_its_metrics_and_they_move(
     asyncio.run(grpc_calls(stack.grpc_target))
     asyncio.run(websocket_stream(stack.api_port))
 
-    gpu, cpu, front, api = (scrape(urls[name]) for name in ("gpu", "cpu", "grpc", "api"))
+    gpu, cpu, front, api = (
+        scrape(urls[name]) for name in ("gpu-worker", "cpu-worker", "grpc", "api")
+    )
     # The worker: batches of both classes, their waits, the real-time factor, its device.
     for cls in ("batch", "realtime"):
-        earlier = before["gpu"].get(("voicelane_batch_size_count", (("class", cls),)), 0.0)
+        earlier = before["gpu-worker"].get(("voicelane_batch_size_count", (("class", cls),)), 0.0)
         assert value(gpu, "voicelane_batch_size_count", **{"class": cls}) > earlier
         assert value(gpu, "voicelane_batch_wait_seconds_count", **{"class": cls}) > 0
         assert value(gpu, "voicelane_batcher_queue_depth", **{"class": cls}) >= 0
@@ -188,7 +187,7 @@ def test_sighup_hot_swaps_the_engine_under_load_and_loses_nothing(
         )
     assert job["state"] == "done", job
     assert worker.alive()  # reloaded in place, not restarted
-    gpu = scrape(urls["gpu"])
+    gpu = scrape(urls["gpu-worker"])
     assert value(gpu, "voicelane_engine_reloads_total") == 1
     for when in ("before_reload", "unloaded", "after_reload"):
         assert value(gpu, "voicelane_engine_memory_bytes", when=when) > 0

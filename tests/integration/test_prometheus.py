@@ -80,10 +80,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
     )
     process: subprocess.Popen[bytes] | None = None
     try:
-        ports = {name: free_port() for name in ("gpu-worker", "cpu-worker", "grpc")}
-        stack.gpu_worker(extra_env={"VOICELANE_METRICS_PORT": str(ports["gpu-worker"])})
-        stack.cpu_worker(extra_env={"VOICELANE_METRICS_PORT": str(ports["cpu-worker"])})
-        stack.grpc(extra_env={"VOICELANE_METRICS_PORT": str(ports["grpc"])})
+        ports = stack.metered_processes()
         stack.api()
         stack.flower()
         stack.wait_realtime_workers()

@@ -184,6 +184,19 @@ class Stack:
         wait_for(serving, 60, "the gRPC front to serve")
         return proc
 
+    def metered_processes(self) -> dict[str, int]:
+        """A render worker, a CPU worker and the gRPC front, each serving its ``/metrics`` on
+        a free port as ``voicelane up`` gives them one; their ports by the names ``up`` uses."""
+        ports = {name: free_port() for name in ("gpu-worker", "cpu-worker", "grpc")}
+
+        def metrics_on(name: str) -> dict[str, str]:
+            return {"VOICELANE_METRICS_PORT": str(ports[name])}
+
+        self.gpu_worker(extra_env=metrics_on("gpu-worker"))
+        self.cpu_worker(extra_env=metrics_on("cpu-worker"))
+        self.grpc(extra_env=metrics_on("grpc"))
+        return ports
+
     def wait_realtime_workers(self, count: int = 1, timeout_s: float = 60) -> None:
         """Until ``count`` workers report real-time capacity (their consumers run)."""
         import redis
