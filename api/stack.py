@@ -374,7 +374,8 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
     try:
         if supervisor.redis is not None:
             supervisor.redis.start()
-        render_workers = StackSettings().render_worker_count()
+        stack = StackSettings()
+        render_workers = stack.render_worker_count()
         render = [
             (
                 "gpu-worker" if render_workers == 1 else f"gpu-worker-{n}",
@@ -383,7 +384,7 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
             )
             for n in range(1, render_workers + 1)
         ]
-        metrics_port = StackSettings().metrics_base_port
+        metrics_port = stack.metrics_base_port
         targets = [_target(f"{api.host}:{api.port}", "api")]
         for name, args, where in (
             *render,

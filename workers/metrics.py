@@ -55,7 +55,7 @@ def memory_families(device: str) -> Iterable[GaugeMetricFamily]:
 
 
 def codec_families() -> Iterable[GaugeMetricFamily]:
-    failures = GaugeMetricFamily(
+    failures = gauge(
         "voicelane_opus_encode_failures",
         "Opus frames that failed to encode (sent as silence) since the process started",
     )

@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import sys
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 from celery.signals import worker_ready
@@ -29,7 +28,7 @@ from core.realtime_lane import RealtimeWorkerClient
 from core.settings import WorkerSettings
 from core.storage import open_storage
 from workers import context
-from workers.batcher import Batcher, ReloadReport
+from workers.batcher import Batcher
 from workers.celery_app import configure, enqueue
 from workers.jobs import JobContext, LeaseKeeper
 from workers.metrics import register_worker_metrics
@@ -97,18 +96,12 @@ def _reload_on_sighup(batcher: Batcher) -> None:
 
     def reload(*_: object) -> None:
         log.info("SIGHUP: reloading engine %s", batcher.engine.name)
-        batcher.reload().add_done_callback(_report_reload)
+        batcher.reload()  # the batcher logs the outcome (memory before/after, or the failure)
 
     def install(**_: object) -> None:
         signal.signal(signal.SIGHUP, reload)
 
     worker_ready.connect(install, weak=False)
-
-
-def _report_reload(future: Future[ReloadReport]) -> None:
-    error = future.exception()
-    if error is not None:
-        log.error("engine reload failed: %s", error)
 
 
 def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
