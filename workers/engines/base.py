@@ -10,6 +10,10 @@ utterance of the batch (empty when that utterance produced nothing new in that s
 engine that cannot stream inside an utterance yields each utterance whole, one step each;
 an engine with a decoding loop (ChatTTS) yields every few decoding steps. This keeps room
 for iteration-level scheduling later, where items join a running batch between steps.
+
+An engine that can step a running batch (ChatTTS) sets ``steps = True`` and implements
+:meth:`Engine.open_steps`: the batcher then schedules it per decoding step (continuous
+batching, :class:`StepSession`) instead of static batches.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy.typing as npt
 
 from core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
 
-__all__ = ["Engine", "PcmF32", "Utterance", "VoiceInfo"]
+__all__ = ["Engine", "PcmF32", "StepEvent", "StepSession", "Utterance", "VoiceInfo"]
 
 PcmF32 = npt.NDArray[np.float32]
 
@@ -43,6 +47,63 @@ class Utterance:
     """Engine-specific sampling parameters, as sorted pairs so utterances stay hashable."""
 
 
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """What one step produced for one row of a :class:`StepSession`."""
+
+    handle: int
+    audio: PcmF32
+    """New audio: a streamed row's next chunk; a whole row's entire audio when it finishes;
+    may be empty."""
+    finished: bool
+    """The row ended (its end-of-utterance or its budget): no more events for it, and its
+    memory is released."""
+
+
+class StepSession(ABC):
+    """One running batch of a stepping engine (continuous batching).
+
+    Driven by one thread (the batcher's scheduler thread). Rows are admitted between steps
+    and leave at their own ends; each :meth:`step` advances the rows it is given by one
+    decoding step (and admitted rows by a bounded amount of prefill work).
+    """
+
+    @abstractmethod
+    def admit(self, handle: int, utterance: Utterance, *, stream: bool) -> None:
+        """Add a row (it is prefilled by the next steps that include it). ``stream``: its
+        audio comes out in chunks as it is made; else whole, with its ``finished`` event.
+        ``handle`` is the caller's name for the row, unique within the session."""
+
+    def fits(self, utterance: Utterance) -> bool:
+        """Whether one more row like this stays within the session's memory budget (the
+        batcher admits a row only then). Default: no budget but the batcher's ``max_batch``."""
+        return True
+
+    @abstractmethod
+    def remove(self, handle: int) -> None:
+        """Drop a row (cancelled, past its deadline, evicted) and release its memory now.
+        Unknown handles are ignored."""
+
+    @abstractmethod
+    def step(self, handles: Sequence[int]) -> list[StepEvent]:
+        """Advance these rows (in priority order; rows not given stay paused, keeping their
+        state) by one step: prefill work for admitted rows, bounded per step and given in
+        this order, and one decoding step for the rows already decoding.
+
+        On :class:`~core.errors.EngineOutOfMemoryError` nothing of the step is committed:
+        the caller may remove rows and step again.
+        """
+
+    @property
+    @abstractmethod
+    def handles(self) -> list[int]:
+        """The rows in the session, in admission order."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Drop every row and release the session's memory."""
+
+
 class Engine(ABC):
     """A speech engine. Subclasses set ``name`` and ``sample_rate_hz``."""
 
@@ -56,6 +117,9 @@ class Engine(ABC):
     """The speaking-rate multipliers the engine can render (its published range)."""
     seed_voices: bool = False
     """Any ``seed:N`` is a voice (engines that draw speakers from a seed)."""
+    steps: bool = False
+    """The engine runs a batch step by step and rows can join and leave between steps
+    (:meth:`open_steps`): the batcher schedules it per step (continuous batching)."""
 
     def load(self) -> None:  # noqa: B027 - optional hook
         """Load the model. Called once, on the thread that will run it."""
@@ -99,6 +163,10 @@ class Engine(ABC):
     def batch_key(self, utterance: Utterance) -> Hashable:
         """What must be identical for two utterances to share one call."""
         return (utterance.voice, utterance.speed, utterance.seed, utterance.params)
+
+    def open_steps(self) -> StepSession:
+        """A new, empty running batch (engines with ``steps = True``)."""
+        raise NotImplementedError(f"engine {self.name} does not step")
 
     @abstractmethod
     def synthesize(self, batch: Sequence[Utterance]) -> list[PcmF32]:
