@@ -21,6 +21,11 @@ Tables:
 ``--full`` adds table 1 on the official architecture (1.1 GB of random weights; slow on a CPU:
 keep ``--full-steps`` small).
 
+``--continuous`` prints the continuous-batching tables instead (static batches vs the running
+batch, :mod:`bench.chattts_continuous`): real-time first audio idle vs batch lane saturated,
+batch-lane throughput with mixed lengths, KV memory per row — on the tiny checkpoint, and with
+``--full`` on the official architecture too (few steps).
+
 Run: ``.venv/bin/python bench/chattts.py [--steps 96] [--repeat 3] [--full]``
 """
 
@@ -45,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/chattts.py`: the checkpoint builder is in tests/
     sys.path.insert(0, str(ROOT))
 
+from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
 from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import (  # noqa: E402
     FULL,
@@ -77,6 +83,14 @@ TEXTS = (
 VOCODER_FULL = dataclasses.replace(FULL, gpt_layers=2, num_text_tokens=None)
 """The official decoder and vocoder (their cost is what streaming decodes), a 2-layer GPT."""
 SAMPLING = Sampling(temperature=0.3, top_p=0.7, top_k=20, repetition_penalty=1.05)
+TINY_SCALE = Scale(
+    "tiny checkpoint", max_batch=16, min_steps=96, max_steps=384, probe_steps=48, probes=20,
+    throughput_items=48, memory_batches=(1, 4, 16, 64), memory_steps=384,
+)  # fmt: skip
+FULL_SCALE = Scale(
+    "full-size random weights", max_batch=8, min_steps=8, max_steps=40, probe_steps=32,
+    probes=5, throughput_items=16, memory_batches=(1, 4, 16), memory_steps=32,
+)  # fmt: skip
 
 warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
 
@@ -155,7 +169,7 @@ def throughput_table(
     for batch in batches:
         audio_s = batch * steps * STEP_S
         theirs = median_s(functools.partial(chattts_direct, chat, speaker, batch, steps), repeat)
-        config = BatcherSettings(max_batch=batch, max_wait_batch_s=TIMEOUT_S)
+        config = BatcherSettings(max_batch=batch, max_wait_batch_s=TIMEOUT_S, continuous=False)
         with Batcher(engine_for(directory), config) as batcher:
             ours = median_s(functools.partial(through_batcher, batcher, batch, steps), repeat)
         print(
@@ -362,6 +376,9 @@ def main() -> None:
     parser.add_argument("--full-repeat", type=int, default=1)
     parser.add_argument("--full-only", action="store_true", help="only the 1.1 GB table")
     parser.add_argument(
+        "--continuous", action="store_true", help="the continuous-batching tables (a-c)"
+    )
+    parser.add_argument(
         "--throughput-threads",
         type=int,
         default=1,
@@ -374,6 +391,14 @@ def main() -> None:
     print(f"torch {torch.__version__}, CPU, {cores} cores\n")
     with tempfile.TemporaryDirectory() as temp:
         root = Path(temp)
+        if args.continuous:
+            torch.set_num_threads(args.throughput_threads)
+            print(f"torch threads: {args.throughput_threads}\n")
+            if not args.full_only:
+                continuous_tables(ChatTTSSettings(dir=build(root, "tiny", TINY)), TINY_SCALE)
+            if args.full or args.full_only:
+                continuous_tables(ChatTTSSettings(dir=build(root, "full", FULL)), FULL_SCALE)
+            return
         if not args.full_only:
             cpu_tables(root, args, cores)
         if args.full or args.full_only:

@@ -31,7 +31,17 @@ class BatcherSettings(BaseModel):
     max_wait_batch_s: float = Field(0.030, ge=0)
     """How long the oldest batch item may wait for its batch to fill."""
     grow_after_successes: int = Field(8, ge=1)
-    """After an OOM halving, double max_batch back after this many good batches in a row."""
+    """After an OOM halving, double max_batch back after this many good batches in a row
+    (with continuous batching: this many rows completed since the last OOM)."""
+    continuous: bool = True
+    """For an engine that steps a running batch (``Engine.steps``): schedule it per step,
+    rows joining and leaving between steps (continuous batching), instead of static batches.
+    ``max_wait_*`` and ``max_batch_cost`` do not apply then. Other engines ignore this."""
+    realtime_solo_steps: int = Field(32, ge=0)
+    """Continuous batching: while a real-time row waits for its first audio, and a step of the
+    real-time rows alone costs less than half a step of the whole batch (measured), step the
+    real-time rows alone — at most this many steps in a row before the batch rows step again
+    (0: never). Where a step's cost hardly depends on its rows (a GPU), it never applies."""
 
 
 class RealtimeSettings(BaseModel):

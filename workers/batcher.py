@@ -30,6 +30,10 @@ Rules (DESIGN.md, "The dynamic batcher"):
   :class:`~core.errors.EngineOutputMismatchError` on every future of that batch.
 * Metrics: batch sizes, wait per class, queue depth per class, utilisation, OOM events
   (:meth:`Batcher.stats`).
+
+An engine that steps a running batch (``Engine.steps``) is scheduled per step instead
+(continuous batching, ``BatcherSettings.continuous``): rows join and leave between steps.
+Those rules are in :mod:`workers.stepping`; the rules above stay for every other engine.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -60,6 +65,9 @@ from core.errors import (
 )
 from core.settings import BatcherSettings
 from workers.engines.base import Engine, PcmF32, Utterance
+
+if TYPE_CHECKING:
+    from workers.stepping import StepLoop
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +124,9 @@ class BatcherStats:
     dropped_expired: int
     failed_batches: int
     effective_max_batch: int
+    paused: int = 0
+    """Continuous batching: rows of the running batch left out of the last step (a full
+    step set makes room for real-time rows by pausing batch rows)."""
 
     @property
     def utilization(self) -> float:
@@ -300,6 +311,7 @@ class _Metrics:
         self.dropped_cancelled = 0
         self.dropped_expired = 0
         self.failed_batches = 0
+        self.paused = 0
 
     def observe_batch(self, items: list[_Item], started_at: float) -> None:
         self.batches += 1
@@ -308,12 +320,28 @@ class _Metrics:
         top = min(item.priority for item in items)
         metrics.BATCH_SIZE.labels(top.name.lower()).observe(len(items))
         for item in items:
-            waited = max(0.0, started_at - item.submitted_at)
-            metrics.BATCH_WAIT_S.labels(item.priority.name.lower()).observe(waited)
-            self.waits[item.priority].append(waited)
-            self.wait_count[item.priority] += 1
-            self.wait_sum_s[item.priority] += waited
-            self.wait_max_s[item.priority] = max(self.wait_max_s[item.priority], waited)
+            self.observe_wait(item, started_at)
+
+    def observe_wait(self, item: _Item, started_at: float) -> None:
+        """How long ``item`` waited: submit → its batch started (or it joined one)."""
+        waited = max(0.0, started_at - item.submitted_at)
+        metrics.BATCH_WAIT_S.labels(item.priority.name.lower()).observe(waited)
+        self.waits[item.priority].append(waited)
+        self.wait_count[item.priority] += 1
+        self.wait_sum_s[item.priority] += waited
+        self.wait_max_s[item.priority] = max(self.wait_max_s[item.priority], waited)
+
+    def observe_admission(self, item: _Item, admitted_at: float) -> None:
+        """Continuous batching: a row joined the running batch (its wait ends here)."""
+        self.items += 1
+        self.observe_wait(item, admitted_at)
+
+    def observe_step(self, size: int, top: Priority, paused: int) -> None:
+        """Continuous batching: one step of ``size`` rows, ``paused`` rows left out."""
+        self.batches += 1
+        self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1
+        self.paused = paused
+        metrics.BATCH_SIZE.labels(top.name.lower()).observe(size)
 
     def wait_stats(self, priority: Priority) -> WaitStats:
         count = self.wait_count[priority]
@@ -471,6 +499,7 @@ class Batcher:
                 dropped_expired=m.dropped_expired,
                 failed_batches=m.failed_batches,
                 effective_max_batch=self._effective_max,
+                paused=m.paused,
             )
 
     def _make_item(
@@ -540,7 +569,8 @@ class Batcher:
     def reload(self) -> Future[ReloadReport]:
         """Reload the engine's weights (hot-swap) between two batches, on the engine thread:
         queued work waits and then runs on the new weights; nothing is dropped. The future
-        answers with the engine's memory before and after."""
+        answers with the engine's memory before and after. (Continuous batching: no row
+        joins until the running rows finished; then a new step session.)"""
         future: Future[ReloadReport] = Future()
         with self._lock:
             if self._closing:
@@ -582,9 +612,20 @@ class Batcher:
         for future in waiting:
             future.set_result(report)
 
+    @property
+    def continuous(self) -> bool:
+        """Whether this batcher schedules per step (continuous batching): the engine can
+        step a running batch and the configuration asks for it."""
+        return self.engine.steps and self.config.continuous
+
     def _run(self) -> None:
+        steps: StepLoop | None = None
         try:
             self.engine.load()
+            if self.continuous:
+                from workers.stepping import StepLoop
+
+                steps = StepLoop(self)  # opens the engine's step session
         except BaseException as error:
             self._load_error = error
             with self._lock:
@@ -594,6 +635,9 @@ class Batcher:
             return
         self._loaded.set()
         try:
+            if steps is not None:
+                self._run_steps(steps)
+                return
             while (batch := self._next_batch()) is not None:
                 if not batch:  # a reload asked for: between two batches
                     self._reload_engine()
@@ -605,6 +649,16 @@ class Batcher:
                 self.engine.unload()
             except Exception:
                 log.exception("engine %s failed to unload", self.engine.name)
+
+    def _run_steps(self, steps: StepLoop) -> None:
+        """Continuous batching until closed; a failure of the loop itself (the engine could
+        not open a new session) stops the batcher: submissions then raise ShuttingDownError."""
+        try:
+            steps.run()
+        except Exception:
+            log.exception("the step loop of engine %s stopped", self.engine.name)
+            with self._lock:
+                self._closing = True
 
     def _fail_all(self, error: VoicelaneError) -> None:
         with self._lock:

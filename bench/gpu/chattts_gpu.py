@@ -14,6 +14,11 @@ Measured in one run, on the same checkpoint and device:
    size and wait per class, real-time factor, device memory, max batch, OOM events, first
    audio) written as ``chattts_gpu_metrics.prom`` next to the JSON.
 
+5. **Continuous batching vs static batches** (``bench/chattts_continuous.py``, the same
+   tables as the CPU benchmark): real-time first audio idle vs batch lane saturated (max_batch
+   64), batch-lane throughput with sentences of mixed lengths, KV memory per row at 1-64 rows.
+   ``--continuous-only`` runs just this phase (a few minutes).
+
 Self-checks (exit status 1 when one fails): every item comes back with steps x 512 - 256
 samples; a streamed utterance equals its whole render within 1e-3 of its peak; ``unload``
 returns the memory (within 16 MiB of the level before ``load``).
@@ -49,6 +54,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
 from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import FULL, TINY, build_checkpoint  # noqa: E402
 from workers.batcher import Batcher, Priority  # noqa: E402
@@ -83,6 +89,7 @@ class Options:
     live_streams: int = 40
     live_every_ms: int = 100
     live_batch_items: int = 64
+    continuous_only: bool = False
 
 
 @dataclasses.dataclass
@@ -424,6 +431,38 @@ def live_load(directory: Path, options: Options, report: Report, metrics_path: P
     )
 
 
+# ---- 5. continuous batching --------------------------------------------------------------
+
+
+def continuous(directory: Path, options: Options, report: Report) -> None:
+    """Phase 5: the CPU benchmark's continuous-batching tables, on this device."""
+    if options.smoke:
+        scale = Scale(
+            "tiny checkpoint, CPU smoke", max_batch=4, min_steps=16, max_steps=48,
+            probe_steps=32, probes=3, throughput_items=8, memory_batches=(1, 4), memory_steps=32,
+        )  # fmt: skip
+    else:
+        scale = Scale(
+            f"full-size random weights, {options.device}", max_batch=64, min_steps=96,
+            max_steps=384, probe_steps=48, probes=10, throughput_items=128,
+            memory_batches=(1, 4, 16, 64), memory_steps=256,
+        )  # fmt: skip
+    settings = ChatTTSSettings(dir=directory, device=options.device, half=options.half)
+    print(f"### 5. Continuous batching vs static batches ({scale.label})\n")
+    tables = continuous_tables(settings, scale)
+    report.tables.update(tables)
+    same = tables["continuous_throughput"][-1].get("same_lengths", False)
+    report.check(bool(same), "continuous and static batches give every item its length")
+    first = {row["mode"]: row for row in tables["continuous_first_audio"]}
+    ours = first["continuous"]
+    report.tables["continuous_targets"] = [
+        {
+            "saturated_p50_over_idle": ours["saturated_p50_ms"] / ours["idle_p50_ms"],
+            "saturated_max_over_idle": ours["saturated_max_ms"] / ours["idle_max_ms"],
+        }
+    ]
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -441,9 +480,13 @@ def parse_options() -> tuple[Options, Path | None, Path | None]:
     parser.add_argument("--live-streams", type=int, default=40, help="phase 4: live streams")
     parser.add_argument("--live-every-ms", type=int, default=100)
     parser.add_argument("--live-batch-items", type=int, default=64, help="phase 4: batch load")
+    parser.add_argument(
+        "--continuous-only", action="store_true", help="only phase 5 (continuous batching)"
+    )
     args = parser.parse_args()
     if args.cpu_smoke:
         options = Options("cpu", False, [1, 2, 4], [1, 2], 32, 1, True, 4, 10, 4)
+        options.continuous_only = args.continuous_only
     else:
         options = Options(
             device=args.device,
@@ -456,6 +499,7 @@ def parse_options() -> tuple[Options, Path | None, Path | None]:
             live_streams=args.live_streams,
             live_every_ms=args.live_every_ms,
             live_batch_items=args.live_batch_items,
+            continuous_only=args.continuous_only,
         )
     return options, args.checkpoint, args.json
 
@@ -505,11 +549,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         directory = prepare_checkpoint(options, requested, Path(scratch))
         print()
-        throughput(directory, options, report)
-        first_audio(directory, options, report)
-        hot_swap(directory, options, report)
-        metrics_path = (json_path.parent if json_path else Path(".")) / "chattts_gpu_metrics.prom"
-        live_load(directory, options, report, metrics_path)
+        if not options.continuous_only:
+            throughput(directory, options, report)
+            first_audio(directory, options, report)
+            hot_swap(directory, options, report)
+            metrics_dir = json_path.parent if json_path else Path(".")
+            live_load(directory, options, report, metrics_dir / "chattts_gpu_metrics.prom")
+        continuous(directory, options, report)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         payload = {"environment": info, **report.tables, "failures": report.failures}

@@ -41,7 +41,7 @@ from core.errors import (
 )
 from core.rules import DEFAULT_VOICE, seed_of
 
-from .base import Engine, PcmF32, Utterance, VoiceInfo
+from .base import Engine, PcmF32, StepEvent, Utterance, VoiceInfo
 from .chattts_config import (
     MAX_SPEED,
     MIN_SPEED,
@@ -66,6 +66,7 @@ from .chattts_loop import (
     decode_rows,
     decorate_prompt,
 )
+from .chattts_steps import ChatTTSSteps, StepLimits
 
 log = logging.getLogger(__name__)
 _UPSTREAM_LOG = logging.getLogger(f"{__name__}.upstream")
@@ -168,9 +169,15 @@ class ChatTTSEngine(Engine):
     min_speed = MIN_SPEED
     max_speed = MAX_SPEED
     seed_voices = True
+    steps = True
 
     def __init__(self, settings: ChatTTSSettings) -> None:
         self.settings = settings
+        self.limits = StepLimits(
+            block_tokens=settings.kv_block_tokens,
+            prefill_chunk_tokens=settings.prefill_chunk_tokens,
+            kv_budget_tokens=settings.kv_budget_tokens,
+        )
         self.windows = StreamWindows(
             first_chunk_steps=settings.first_chunk_steps,
             stream_chunk_steps=settings.stream_chunk_steps,
@@ -386,24 +393,45 @@ class ChatTTSEngine(Engine):
         return normalized
 
     def _plan(self, loaded: _Loaded, batch: Sequence[Utterance]) -> tuple[list[Row], Sampling]:
-        options = [self._parser.parse(utterance) for utterance in batch]
-        samplings = {option.sampling for option in options}
+        planned = [self._plan_row(loaded, utterance) for utterance in batch]
+        samplings = {sampling for _row, sampling in planned}
         if len(samplings) != 1:
             raise EngineError("one ChatTTS call takes one set of sampling parameters")
-        rows = [
-            Row(
-                prompt=decorate_prompt(
-                    self._normalize(loaded, utterance.text), option.speed_level, True
-                ),
-                speaker=self._speaker(loaded, option.voice),
-                seed=option.seed,
-                min_new_tokens=option.min_new_tokens,
-                max_new_tokens=option.max_new_tokens,
-            )
-            for utterance, option in zip(batch, options, strict=True)
-        ]
         (sampling,) = samplings
-        return rows, sampling
+        return [row for row, _sampling in planned], sampling
+
+    def _plan_row(self, loaded: _Loaded, utterance: Utterance) -> tuple[Row, Sampling]:
+        option = self._parser.parse(utterance)
+        row = Row(
+            prompt=decorate_prompt(
+                self._normalize(loaded, utterance.text), option.speed_level, True
+            ),
+            speaker=self._speaker(loaded, option.voice),
+            seed=option.seed,
+            min_new_tokens=option.min_new_tokens,
+            max_new_tokens=option.max_new_tokens,
+        )
+        return row, option.sampling
+
+    def reserved_tokens(self, utterance: Utterance) -> int:
+        """What a row reserves of ``kv_budget_tokens``: its token budget plus its prompt
+        (estimated as its characters plus ChatTTS's control tokens)."""
+        return self._parser.parse(utterance).max_new_tokens + len(utterance.text) + 16
+
+    def open_steps(self) -> ChatTTSSteps:
+        """A new running batch on the loaded model (continuous batching)."""
+        loaded = self._require()
+        return ChatTTSSteps(
+            loaded.model,
+            plan=lambda utterance: self._plan_row(loaded, utterance),
+            windows=self.windows,
+            limits=self.limits,
+            guard=self._guard_steps,
+            estimate_tokens=self.reserved_tokens,
+        )
+
+    def _guard_steps(self, step: Callable[[], list[StepEvent]]) -> list[StepEvent]:
+        return self._guarded(step)
 
     def synthesize(self, batch: Sequence[Utterance]) -> list[PcmF32]:
         if not batch:

@@ -102,6 +102,14 @@ class ChatTTSSettings(BaseSettings):
     """Streaming: steps of left context decoded with each chunk."""
     holdback_steps: int = Field(16, ge=1)
     """Streaming: newest steps held back (decoded as right context, emitted next time)."""
+    kv_block_tokens: int = Field(16, ge=1, le=4096)
+    """Continuous batching: tokens per KV-cache block (a row's cache is rounded up to it)."""
+    prefill_chunk_tokens: int = Field(256, ge=1)
+    """Continuous batching: prompt tokens per prefill chunk, and the most prefill work one
+    step does (a long prompt never stalls the running rows for more than this)."""
+    kv_budget_tokens: int | None = Field(None, ge=1)
+    """Continuous batching: most KV tokens reserved for the running batch (each row reserves
+    its prompt + its token budget); None: bounded by max_batch and out-of-memory backoff."""
     voices_file: Path | None = None
     """JSON file of named voices (speaker embeddings); see docs/chattts.md."""
     default_voice: str = "seed:2"

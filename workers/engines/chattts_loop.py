@@ -96,7 +96,7 @@ def _code_head_weight(embed: Any) -> torch.Tensor:
     return torch.cat([head.weight.detach() for head in embed.head_code]).clone()
 
 
-def _logits_processors(model: LoadedModel, sampling: Sampling) -> list[Processor]:
+def logits_processors(model: LoadedModel, sampling: Sampling) -> list[Processor]:
     """ChatTTS's own processors (repetition penalty, then top-p, then top-k), fresh per call."""
     from ChatTTS.model import gen_logits
 
@@ -107,6 +107,23 @@ def _logits_processors(model: LoadedModel, sampling: Sampling) -> list[Processor
         repetition_penalty=sampling.repetition_penalty,
     )
     return [*processors, *warpers]
+
+
+@torch.inference_mode()
+def prompt_embeddings(model: LoadedModel, row: Row) -> torch.Tensor:
+    """One row's prompt as the GPT's input: (prompt tokens, hidden), with its speaker
+    embedding in place of ``[spk_emb]`` (as :class:`Generation` embeds a batch)."""
+    chat = model.chat
+    input_ids, _mask, text_mask = chat.tokenizer.encode(
+        [row.prompt], model.num_vq, device=model.device
+    )
+    embeds = chat.embed(input_ids, text_mask)
+    if row.speaker is not None:
+        speaker = F.normalize(row.speaker, p=2.0, dim=0, eps=1e-12).to(model.device)
+        where = input_ids[0, :, 0].eq(model.spk_emb_id)
+        embeds[0, where] = speaker.to(embeds.dtype)
+    embedded: torch.Tensor = embeds[0]
+    return embedded
 
 
 def _output_cache(outputs: Any) -> Any:
@@ -140,7 +157,7 @@ class Generation:
             (count, self.max_steps, model.num_vq), dtype=torch.long, device=device
         )
         self._temperature = sampling.temperature
-        self._processors = _logits_processors(model, sampling)
+        self._processors = logits_processors(model, sampling)
         self._fixed_noise = self._seeded_noise()
         self._cache: Any = None
         self._embeds, self._mask, self._positions = self._prefill_inputs()

@@ -109,7 +109,9 @@ def test_three_texts_in_one_batch_come_back_with_their_own_lengths(
 ) -> None:
     engine = ChatTTSEngine(settings_for(chattts_checkpoint))
     # Batch-class items start only when 3 are queued; a real-time item starts at once.
-    config = BatcherSettings(max_batch=3, max_wait_batch_s=TIMEOUT_S, max_wait_realtime_s=0.0)
+    config = BatcherSettings(
+        max_batch=3, max_wait_batch_s=TIMEOUT_S, max_wait_realtime_s=0.0, continuous=False
+    )
     utterances = [Utterance(t, VOICE, seed=11, params=exact(budget(t))) for t in TEXTS]
     with Batcher(engine, config) as batcher:
         futures = [batcher.submit(utterance) for utterance in utterances]
@@ -153,7 +155,7 @@ def test_batch_keys_separate_voices_seeds_speeds_and_sampling(engine: ChatTTSEng
 
 def test_different_voices_never_share_a_batch(chattts_checkpoint: Checkpoint) -> None:
     engine = ChatTTSEngine(settings_for(chattts_checkpoint))
-    config = BatcherSettings(max_batch=4, max_wait_batch_s=0.0)
+    config = BatcherSettings(max_batch=4, max_wait_batch_s=0.0, continuous=False)
     with Batcher(engine, config) as batcher:
         futures = [
             batcher.submit(Utterance("Same text.", voice, seed=2, params=exact(12)))
@@ -350,7 +352,7 @@ def test_cancelling_a_stream_closes_the_engine_generator(
 
     monkeypatch.setattr(Generation, "release", recording_release)
     engine = ChatTTSEngine(settings_for(chattts_checkpoint))
-    with Batcher(engine) as batcher:
+    with Batcher(engine, BatcherSettings(continuous=False)) as batcher:
         stream = batcher.submit_stream(Utterance("x", VOICE, seed=1, params=exact(2000)))
         assert stream.read(TIMEOUT_S) is not None
         stream.cancel()
@@ -478,7 +480,7 @@ def test_out_of_memory_becomes_engine_oom_and_the_batcher_splits(
     chattts_checkpoint: Checkpoint, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     engine = ChatTTSEngine(settings_for(chattts_checkpoint))
-    config = BatcherSettings(max_batch=4, max_wait_batch_s=TIMEOUT_S)
+    config = BatcherSettings(max_batch=4, max_wait_batch_s=TIMEOUT_S, continuous=False)
     with Batcher(engine, config) as batcher:
         gpt = engine.model.gpt
         original = gpt.forward
