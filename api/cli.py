@@ -171,6 +171,30 @@ def _say_remote(args: argparse.Namespace, text: str) -> int:
     return 0
 
 
+def _cmd_chat(args: argparse.Namespace) -> int:
+    """One question to the server's LLM; the reply's text printed, its audio written."""
+    from client import chat_to_file
+    from core.text_input import check_text
+
+    api_key = args.key or os.environ.get("VOICELANE_API_KEY")
+    if not api_key:
+        raise InvalidInputError("give --key or set VOICELANE_API_KEY")
+    message = check_text(args.message, max_chars=10_000, source="MESSAGE")
+    messages = [("system", args.system)] if args.system else []
+    result = chat_to_file(
+        args.server, api_key, [*messages, ("user", message)], Path(args.output),
+        model=args.model, voice=args.voice,
+    )  # fmt: skip
+    stats = result.stats
+    print(result.text.strip())
+    print(
+        f"{args.output}: {result.audio.duration_s:.2f} s of speech; first token after "
+        f"{stats.time_to_first_token_ms:.0f} ms, first audio after "
+        f"{stats.time_to_first_audio_ms:.0f} ms ({stats.reply_tokens} tokens from {stats.model})"
+    )
+    return 0
+
+
 def _cmd_voices(args: argparse.Namespace) -> int:
     from core.settings import EmbeddedSettings
     from workers.engines import create_engine
@@ -242,7 +266,11 @@ def _cmd_flower(args: argparse.Namespace) -> int:
 def _cmd_up(args: argparse.Namespace) -> int:
     from api.stack import run_stack
 
-    return run_stack(Path(args.state_dir), pidfile=Path(args.pidfile) if args.pidfile else None)
+    return run_stack(
+        Path(args.state_dir),
+        pidfile=Path(args.pidfile) if args.pidfile else None,
+        llm_standin=args.llm_standin,
+    )
 
 
 def _cmd_redis(args: argparse.Namespace) -> int:
@@ -352,6 +380,18 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--key", help="API key for --server (default: $VOICELANE_API_KEY)")
     say.set_defaults(handler=_cmd_say)
 
+    chat = commands.add_parser(
+        "chat", help="ask the server's LLM; its reply is spoken into an audio file (gRPC Chat)"
+    )
+    chat.add_argument("message", metavar="MESSAGE", help="what the user says")
+    chat.add_argument("-o", "--output", required=True, help="audio file (.wav, .ogg, .mp3, ...)")
+    chat.add_argument("--server", required=True, metavar="HOST:PORT", help="a gRPC front")
+    chat.add_argument("--key", help="API key (default: $VOICELANE_API_KEY)")
+    chat.add_argument("--model", default="", help="Ollama model; default: the server's")
+    chat.add_argument("--voice", default="", help="voice id; default auto")
+    chat.add_argument("--system", default="", help="a system prompt")
+    chat.set_defaults(handler=_cmd_chat)
+
     voices = commands.add_parser("voices", help="list the voices")
     voices.add_argument("--engine", help="engine name; default espeak")
     voices.add_argument("--language", help="only voices whose language starts with this")
@@ -384,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="run the whole stack locally; Ctrl-C stops it")
     up.add_argument("--state-dir", default=".voicelane", help="Redis AOF, storage, logs")
     up.add_argument("--pidfile", help="write this process's pid here (make stop uses it)")
+    up.add_argument(
+        "--llm-standin",
+        action="store_true",
+        help="also run the stand-in Ollama server of the tests (when no Ollama is reachable) "
+        "and point the fronts' LLM lane at it; run from the repository root",
+    )
     up.set_defaults(handler=_cmd_up)
 
     redis_cmd = commands.add_parser("redis", help="run redis-server with AOF and noeviction")

@@ -20,6 +20,8 @@ from starlette.requests import HTTPConnection
 
 from api.auth import ApiKeys
 from api.engines import EngineRegistry
+from api.llm import LlmBridge
+from api.llm_warmup import Warmup
 from api.streams import StreamGateway
 from core.batch_lane import BatchClient
 from core.ledger import Ledger
@@ -69,6 +71,9 @@ class ApiState:
     rate: RequestRate
     blocking_threads: CapacityLimiter
     websockets: WebSocketGate
+    llm: LlmBridge | None = None
+    """The LLM lane's bridge (Ollama); None: chat requests answer 503."""
+    llm_warmup: Warmup | None = None
 
 
 P = ParamSpec("P")

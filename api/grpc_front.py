@@ -28,6 +28,8 @@ from api.auth import ApiKeys
 from api.engines import EngineRegistry
 from api.grpc_auth import AuthInterceptor
 from api.grpc_service import SERVICE_NAME, SpeechService
+from api.llm import LlmBridge, LlmSettings
+from api.llm_warmup import Warmup
 from api.streams import StreamGateway
 from core import metrics
 from core.realtime_lane import RealtimeClient
@@ -75,6 +77,12 @@ class Front:
     service: SpeechService
     health: grpc_health.aio.HealthServicer
     port: int
+    warmup: Warmup | None = None
+
+
+async def _set_serving(health: grpc_health.aio.HealthServicer) -> None:
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
 
 async def start_front(
@@ -89,12 +97,20 @@ async def start_front(
     gateway = StreamGateway(
         settings, lane, EngineRegistry(lane, settings.engine), min_deadline_s=min_deadline_s
     )
-    service = SpeechService(gateway)
+    llm = LlmBridge(LlmSettings())
+    service = SpeechService(gateway, llm)
     pb_grpc.add_SpeechServicer_to_server(service, server)
     health = grpc_health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    warmup = Warmup(llm)
+    serving = health_pb2.HealthCheckResponse.SERVING
     for name in ("", SERVICE_NAME):
-        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await health.set(
+            name, serving if warmup.ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+    if not warmup.ready:  # readiness waits for the LLM's warm-up (VOICELANE_LLM_PRELOAD)
+        warmup.on_ready = lambda: _set_serving(health)
+        warmup.start()
     reflection.enable_server_reflection(
         (SERVICE_NAME, grpc_health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
@@ -103,7 +119,7 @@ async def start_front(
     log.info("gRPC front listening on %s:%d", settings.grpc_host, port)
     if settings.metrics_port:
         metrics.serve(settings.metrics_port, settings.metrics_host)
-    return Front(server, service, health, port)
+    return Front(server, service, health, port, warmup)
 
 
 async def stop_front(front: Front, grace_s: float) -> None:
@@ -113,6 +129,10 @@ async def stop_front(front: Front, grace_s: float) -> None:
     await front.server.stop(grace_s)
     await front.service.gateway.wait_background()
     await front.service.gateway.close()
+    if front.warmup is not None:
+        await front.warmup.stop()
+    if front.service.llm is not None:
+        await front.service.llm.close()
     log.info("gRPC front stopped")
 
 

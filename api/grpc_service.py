@@ -14,19 +14,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Never, TypeAlias
 
 import grpc
 import grpc.aio
 
+from api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatSummary, ChatText, chat
 from api.failures import service_error
 from api.grpc_auth import current_tenant
+from api.llm import ChatTurn, LlmBridge
 from api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
 from core import metrics
 from core.errors import (
     DeadlineExceededError,
     InvalidInputError,
+    UnavailableError,
     VoicelaneError,
     grpc_status_name,
 )
@@ -69,6 +73,26 @@ def audio_chunk(chunk: StreamChunk) -> pb.AudioChunk:
     )
 
 
+def chat_stats(summary: ChatSummary) -> pb.ChatStats:
+    llm = summary.llm
+    stats = pb.ChatStats(
+        time_to_first_token_ms=summary.time_to_first_token_ms,
+        time_to_first_audio_ms=summary.time_to_first_audio_ms or 0.0,
+        trimmed_messages=summary.trimmed_messages,
+        spoken_text=summary.spoken_text,
+    )
+    if llm is not None:
+        stats.prompt_tokens = llm.prompt_tokens
+        stats.reply_tokens = llm.reply_tokens
+        stats.prompt_eval_ms = llm.prompt_eval_ms
+        stats.eval_ms = llm.eval_ms
+        stats.total_ms = llm.total_ms
+        stats.load_ms = llm.load_ms
+        stats.done_reason = llm.done_reason
+        stats.model = llm.model
+    return stats
+
+
 def client_gone(context: Context) -> Callable[[], bool]:
     """Has the client left? grpc.aio cancels the handler's task, but a cancellation that
     lands while it sends a message can be swallowed (the task's ``cancelling()`` stays set,
@@ -84,8 +108,9 @@ def client_gone(context: Context) -> Callable[[], bool]:
 class SpeechService(pb_grpc.SpeechServicer):
     """``voicelane.v1.Speech`` over the stream gateway."""
 
-    def __init__(self, gateway: StreamGateway) -> None:
+    def __init__(self, gateway: StreamGateway, llm: LlmBridge | None = None) -> None:
         self.gateway = gateway
+        self.llm = llm
 
     async def Synthesize(  # noqa: N802 - the generated servicer's name
         self, request: pb.SynthesizeRequest, context: Context
@@ -155,6 +180,54 @@ class SpeechService(pb_grpc.SpeechServicer):
                 pb.Voice(id=v.id, name=v.name, languages=list(v.languages))
                 for v in capabilities.voices
             ],
+        )
+
+    async def Chat(  # noqa: N802 - the generated servicer's name
+        self, request: pb.ChatRequest, context: Context
+    ) -> AsyncIterator[pb.ChatResponse]:
+        """The LLM's reply (:mod:`api.chat`): text deltas, audio with captions, stats last."""
+        request_id: str | None = None
+        try:
+            if self.llm is None:
+                raise UnavailableError("this server has no LLM configured (VOICELANE_LLM_*)")
+            ask = ChatAsk(
+                messages=[ChatTurn(m.role, m.content) for m in request.messages],
+                model=request.model or None,
+                system=request.system or None,
+                speech=StreamAsk(
+                    voice=request.voice or None,
+                    speed=request.speed or None,
+                    sample_rate_hz=request.sample_rate_hz or None,
+                    client_ts_ms=request.client_ts_ms,
+                ),
+            )
+            events = chat(
+                self.gateway,
+                self.llm,
+                current_tenant(),
+                ask,
+                time_remaining_s=context.time_remaining(),
+                client_gone=client_gone(context),
+            )
+            async with contextlib.aclosing(events) as replies:
+                async for event in replies:
+                    if isinstance(event, ChatText):
+                        yield pb.ChatResponse(text_delta=event.delta)
+                    elif isinstance(event, ChatAudio):
+                        yield pb.ChatResponse(audio=audio_chunk(event.chunk))
+                    elif isinstance(event, ChatStarted):
+                        request_id = event.request_id
+                    elif isinstance(event, ChatDone):
+                        yield pb.ChatResponse(stats=chat_stats(event.summary))
+        except Exception as error:
+            await _abort(context, request_id, error, method="Chat")
+
+    async def Clock(  # noqa: N802 - the generated servicer's name
+        self, request: pb.ClockRequest, context: Context
+    ) -> pb.ClockResponse:
+        """The server's wall clock (µs), echoing the client's: one NTP-style sample."""
+        return pb.ClockResponse(
+            client_ts_ms=request.client_ts_ms, server_ts_us=time.time_ns() // 1000
         )
 
     async def _open(self, request: pb.SynthesizeRequest, context: Context) -> Stream:

@@ -26,7 +26,9 @@ from api.body_limit import BodyLimit, route_limits
 from api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
 from api.engines import EngineRegistry
 from api.failures import service_error
-from api.routes import callbacks, jobs, ops, speech
+from api.llm import LlmBridge, LlmSettings
+from api.llm_warmup import Warmup
+from api.routes import callbacks, chat, jobs, ops, speech
 from api.routes.speech import MAX_SPEECH_BODY_BYTES
 from api.streams import StreamGateway
 from core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
@@ -63,8 +65,10 @@ def create_app(
     ledger: Ledger | None = None,
     storage: Storage | None = None,
     enqueue: Enqueue | None = None,
+    llm: LlmBridge | None = None,
 ) -> FastAPI:
     settings = settings or ApiSettings()
+    llm = llm or LlmBridge(LlmSettings())
     if storage is None:
         storage = open_storage(settings.storage, dev_mode=settings.dev_mode)
         storage.prepare()
@@ -91,11 +95,17 @@ def create_app(
             per_address=settings.websocket_max_per_address,
             total=settings.websocket_max_connections,
         ),
+        llm=llm,
+        llm_warmup=Warmup(llm),
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        assert state.llm_warmup is not None
+        state.llm_warmup.start()
         yield
+        await state.llm_warmup.stop()
+        await llm.close()
         await state.streams.close()  # the stream gateway's output reader
 
     app = FastAPI(
@@ -109,7 +119,7 @@ def create_app(
         BodyLimit, limit_for=route_limits(settings.max_upload_bytes, MAX_SPEECH_BODY_BYTES)
     )
     _install_error_handlers(app)
-    for router in (jobs.router, speech.router, ops.router, callbacks.router):
+    for router in (jobs.router, speech.router, chat.router, ops.router, callbacks.router):
         app.include_router(router)
     return app
 

@@ -38,7 +38,7 @@ from urllib.parse import urlparse
 import httpx
 
 from api.flower import basic_auth
-from core.errors import VoicelaneError
+from core.errors import ConfigError, VoicelaneError
 from core.redis_server import RedisServer, redis_answers
 from core.settings import ApiSettings, FlowerSettings, GrpcSettings, StackSettings
 
@@ -115,11 +115,19 @@ class Child(Supervised):
     the children in order); a restart runs the same command with the same environment."""
 
     def __init__(
-        self, name: str, args: list[str], where: str, env: dict[str, str], log_dir: Path
+        self,
+        name: str,
+        args: list[str],
+        where: str,
+        env: dict[str, str],
+        log_dir: Path,
+        *,
+        module: str = "api.cli",
     ) -> None:
         super().__init__(name)
         self.where = where
         self.args = args
+        self.module = module
         self.env = env
         self.log = log_dir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -134,7 +142,7 @@ class Child(Supervised):
     def _launch(self) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "api.cli", *self.args],
+                [sys.executable, "-m", self.module, *self.args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -351,7 +359,27 @@ def _write_targets(path: Path, targets: list[dict[str, object]]) -> None:
     partial.replace(path)
 
 
-def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
+STANDIN_MODULE = "tests.support.ollama_standin"
+"""The stand-in Ollama server of the tests (``up --llm-standin``): in the repository only."""
+
+
+def _llm_standin(env: dict[str, str], port: int, log_dir: Path) -> Child:
+    """The stand-in Ollama server as a child, and the fronts' LLM settings pointed at it."""
+    import importlib.util
+
+    if importlib.util.find_spec(STANDIN_MODULE) is None:
+        raise ConfigError(
+            "--llm-standin runs the tests' stand-in Ollama server (tests/support/): run "
+            "`voicelane up` from the repository root"
+        )
+    url = f"http://127.0.0.1:{port}"
+    env["OLLAMA_HOST"] = url
+    env.setdefault("VOICELANE_LLM_PRELOAD", "1")
+    where = f"{url} (stand-in Ollama: canned replies, no model)"
+    return Child("llm-standin", ["--port", str(port)], where, env, log_dir, module=STANDIN_MODULE)
+
+
+def run_stack(state_dir: Path, *, pidfile: Path | None = None, llm_standin: bool = False) -> int:
     state_dir = state_dir.resolve()
     log_dir = state_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -375,6 +403,10 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None) -> int:
         if supervisor.redis is not None:
             supervisor.redis.start()
         stack = StackSettings()
+        if llm_standin:
+            standin = _llm_standin(env, stack.llm_standin_port, log_dir)
+            supervisor.children.append(standin)
+            standin.start()
         render_workers = stack.render_worker_count()
         render = [
             (

@@ -29,6 +29,9 @@ The real-time lane (gRPC ``voicelane.v1.Speech``), asyncio only::
 * **Errors** — every gRPC failure that is not retried, or whose retries ran out, is a
   :class:`RemoteError` with the status name in ``.status``.
 * **Figures** (``client.stats``) — :class:`StreamStats` on every stream.
+* **Clock** (``client.clock``) — ``await client.sync_clock()``: the server's clock offset
+  (NTP-style, shortest round trip of a few ``Clock`` calls) with an error bound;
+  ``stats.local_time_ms(pts_ms)`` puts a chunk on the client's wall clock.
 * **Decoding** (``client.audio``) — PCM with the codec delay trimmed and pts gaps concealed;
   files written atomically. :func:`say_to_file` (``client.sync``) does it all from
   blocking code.
@@ -39,26 +42,44 @@ What this package exports is the public API; the modules behind it are its imple
 """
 
 from client.audio import SynthesisResult
+from client.chat import ChatResult
+from client.clock import (
+    ClockEstimate,
+    ClockSync,
+    MappedTime,
+    StreamTimeline,
+    measure_clock,
+    measure_clock_sync,
+)
 from client.converse import ConverseSession
 from client.jobs import JobsClient
 from client.retry import RetryPolicy
 from client.speech import SpeechClient, VoiceInfo
 from client.stats import StreamStats
-from client.sync import say_to_file
+from client.sync import chat_to_file, say_to_file, sync_clock
 from client.synthesis import SynthesisStream
 from core.errors import RemoteError
 from core.rules import DEFAULT_SAMPLE_RATE_HZ
 
 __all__ = [
     "DEFAULT_SAMPLE_RATE_HZ",
+    "ChatResult",
+    "ClockEstimate",
+    "ClockSync",
     "ConverseSession",
     "JobsClient",
+    "MappedTime",
     "RemoteError",
     "RetryPolicy",
     "SpeechClient",
     "StreamStats",
+    "StreamTimeline",
     "SynthesisResult",
     "SynthesisStream",
     "VoiceInfo",
+    "chat_to_file",
+    "measure_clock",
+    "measure_clock_sync",
     "say_to_file",
+    "sync_clock",
 ]

@@ -10,9 +10,10 @@ from typing import Self, TypeAlias
 
 import grpc.aio
 
+from client.clock import ClockSync, wall_ms
 from client.pool import ChannelPool, Lease, Metadata, call_cancelled, cancelled_from_outside
 from client.retry import Retrier
-from client.stats import Meter, wall_ms
+from client.stats import Meter
 from core.errors import InvalidInputError, RemoteError
 from core.wire import speech_pb2 as pb
 
@@ -43,13 +44,15 @@ class ConverseSession:
         metadata: Metadata,
         start: pb.ConverseStart,
         retrier: Retrier,
+        *,
+        clock: ClockSync | None = None,
     ) -> None:
         self._pool = pool
         self._metadata = metadata
         self._start = start
         self._retrier = retrier
         self.stats = retrier.stats
-        self._meter = Meter(self.stats)
+        self._meter = Meter(self.stats, clock)
         self._lease: Lease | None = None
         self._call: _ConverseCall | None = None
         self._reader: asyncio.Task[None] | None = None

@@ -1,5 +1,6 @@
 """The client of the Speech service (:class:`SpeechClient`): its channels and options, and the
-calls — ``synthesize`` (raw chunks, PCM, a file), ``converse`` and ``list_voices``."""
+calls — ``synthesize`` (raw chunks, PCM, a file), ``converse``, ``list_voices`` and
+``sync_clock``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import grpc
 import grpc.aio
 
 from client.audio import PcmAssembler, SynthesisResult, write_atomically
+from client.chat import ChatResult, chat_pcm, chat_request
+from client.clock import DEFAULT_SAMPLES, ClockEstimate, ClockSync, measure_clock
 from client.converse import ConverseSession
 from client.pool import ChannelPool, Metadata
 from client.retry import DEFAULT_RETRY, Retrier, RetryPolicy
@@ -93,6 +96,7 @@ class SpeechClient:
         ]
         self._pool: ChannelPool | None = None
         self._closed = False
+        self._clock = ClockSync()
 
     # -- pool
 
@@ -164,7 +168,11 @@ class SpeechClient:
             text=text, voice=voice, sample_rate_hz=sample_rate_hz, speed=speed, pace=pace
         )
         synthesis = Synthesis(
-            self._require_pool(), self._metadata, request, self._retrier(timeout_s)
+            self._require_pool(),
+            self._metadata,
+            request,
+            self._retrier(timeout_s),
+            clock=self._clock,
         )
         return SynthesisStream(synthesis.chunks(), synthesis.stats)
 
@@ -234,7 +242,33 @@ class SpeechClient:
         """A conversation: text in pieces, audio back as sentences complete."""
         start = pb.ConverseStart(voice=voice, sample_rate_hz=sample_rate_hz, speed=speed)
         return ConverseSession(
-            self._require_pool(), self._metadata, start, self._retrier(timeout_s)
+            self._require_pool(), self._metadata, start, self._retrier(timeout_s), clock=self._clock
+        )
+
+    async def chat(
+        self,
+        messages: Sequence[tuple[str, str]],
+        *,
+        model: str = "",
+        voice: str = "",
+        system: str = "",
+        sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ,
+        speed: float = 1.0,
+        timeout_s: float | None = None,
+    ) -> ChatResult:
+        """An LLM's reply to ``messages`` ((role, content) pairs), spoken: its text, decoded
+        audio with captions, and the server's stats. Not retried (see ``client.chat``)."""
+        request = chat_request(
+            messages, model=model, voice=voice, system=system,
+            sample_rate_hz=sample_rate_hz, speed=speed,
+        )  # fmt: skip
+        stub = self._require_pool().least_loaded().stub
+        return await chat_pcm(
+            stub,
+            request,
+            metadata=self._metadata,
+            timeout_s=timeout_s or self.default_timeout_s,
+            clock=self._clock,
         )
 
     async def list_voices(self, *, timeout_s: float | None = None) -> list[VoiceInfo]:
@@ -258,3 +292,44 @@ class SpeechClient:
                 VoiceInfo(v.id, v.name, tuple(v.languages), response.engine)
                 for v in response.voices
             ]
+
+    # -- clock
+
+    @property
+    def clock(self) -> ClockEstimate | None:
+        """The client/server clock offset as known now (``offset_ms``: server minus client,
+        ``± error_bound_ms``): from :meth:`sync_clock`, or a stream's first-chunk echo when
+        that was better; None before either. Streams record it in ``stats.clock``."""
+        return self._clock.estimate
+
+    async def sync_clock(
+        self, samples: int = DEFAULT_SAMPLES, *, timeout_s: float | None = None
+    ) -> ClockEstimate:
+        """``samples`` ``Clock`` calls back to back on one channel (NTP-style, see
+        ``client.clock``); the estimate is kept for :attr:`clock` and the streams started
+        after it. ``UNAVAILABLE`` is retried like ``list_voices``."""
+        if samples < 1:
+            raise InvalidInputError(f"samples must be >= 1, got {samples}")
+        pool = self._require_pool()
+        retrier = self._retrier(timeout_s)
+        failures = 0
+        taken = 0
+        stub = pool.least_loaded().stub
+        while taken < samples:
+            try:
+                await measure_clock(
+                    stub,
+                    1,
+                    clock=self._clock,
+                    metadata=self._metadata,
+                    timeout_s=retrier.remaining_s(),
+                )
+            except grpc.aio.AioRpcError as exc:
+                failures += 1
+                await retrier.pause(exc.code().name, exc.details() or "", failures)
+                stub = pool.least_loaded().stub
+                continue
+            taken += 1
+        estimate = self._clock.estimate
+        assert estimate is not None  # a sample was just added
+        return estimate

@@ -7,6 +7,15 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from client.clock import (
+    ClockEstimate,
+    ClockSync,
+    MappedTime,
+    StreamTimeline,
+    echo_sample,
+    stream_epoch_ms,
+    wall_ms,
+)
 from core.audio.opus import FRAME_DURATION_MS
 from core.wire import speech_pb2 as pb
 
@@ -25,7 +34,11 @@ class StreamStats:
       ``server_ts_ms``: network + relay delay *plus the clock offset between the hosts*;
       only comparable to itself unless both clocks are NTP-synced;
     * ``attempts`` calls made, ``retries`` (before the first chunk) and ``resumes`` (after
-      it) among them, ``backoff_s`` slept between them; ``elapsed_s`` first send → end.
+      it) among them, ``backoff_s`` slept between them; ``elapsed_s`` first send → end;
+    * ``clock`` — the client's clock estimate when the first chunk arrived (after
+      ``SpeechClient.sync_clock``; else the first chunk's echo alone), ``echo_clock`` that
+      echo alone, ``epoch_server_ms`` pts 0 on the server's clock; :meth:`local_time_ms`
+      maps a ``pts_ms`` to the client's wall clock with its bound.
     """
 
     request_id: str = ""
@@ -40,6 +53,9 @@ class StreamStats:
     resumes: int = 0
     backoff_s: float = 0.0
     elapsed_s: float | None = None
+    clock: ClockEstimate | None = None
+    echo_clock: ClockEstimate | None = None
+    epoch_server_ms: float | None = None
 
     @property
     def audio_s(self) -> float:
@@ -54,17 +70,27 @@ class StreamStats:
     def server_delay_max_ms(self) -> float | None:
         return max(self.server_delays_ms) if self.server_delays_ms else None
 
+    @property
+    def timeline(self) -> StreamTimeline | None:
+        """The stream's pts on the client's wall clock; None before the first chunk or
+        without any clock estimate."""
+        if self.clock is None or self.epoch_server_ms is None:
+            return None
+        return StreamTimeline(self.epoch_server_ms, self.clock)
 
-def wall_ms() -> float:
-    """The wall clock in milliseconds: what ``client_ts_ms`` carries and arrivals are timed by."""
-    return time.time_ns() / 1e6
+    def local_time_ms(self, pts_ms: float, buffer_ms: float = 0.0) -> MappedTime | None:
+        """When ``pts_ms`` plays on the client's wall clock for a player ``buffer_ms`` behind
+        the server's production, ``± error_bound_ms`` (see :class:`StreamTimeline`)."""
+        timeline = self.timeline
+        return None if timeline is None else timeline.local_ms(pts_ms, buffer_ms)
 
 
 class Meter:
     """Fills a :class:`StreamStats` from send and arrival events."""
 
-    def __init__(self, stats: StreamStats) -> None:
+    def __init__(self, stats: StreamStats, clock: ClockSync | None = None) -> None:
         self.stats = stats
+        self._clock = clock  # the client's: the first chunk's echo joins it if it is better
         self._sent_at: float | None = None
 
     def sent(self) -> None:
@@ -79,12 +105,25 @@ class Meter:
             stats.request_id = chunk.request_id
             if chunk.client_ts_ms:
                 stats.echo_round_trip_ms = now_wall_ms - chunk.client_ts_ms
+            self._first_clock(chunk, now_wall_ms)
+        if stats.epoch_server_ms is None and chunk.server_ts_ms:
+            stats.epoch_server_ms = stream_epoch_ms(chunk)
         stats.chunks += 1
         stats.packets += len(chunk.opus_packets)
         if chunk.server_ts_ms:
             stats.server_delays_ms.append(now_wall_ms - chunk.server_ts_ms)
         if chunk.opus_packets and stats.time_to_first_audio_s is None and self._sent_at:
             stats.time_to_first_audio_s = time.monotonic() - self._sent_at
+
+    def _first_clock(self, chunk: pb.AudioChunk, now_wall_ms: float) -> None:
+        stats = self.stats
+        sample = echo_sample(chunk, now_wall_ms)
+        if sample is not None:
+            stats.echo_clock = sample.as_estimate()
+            if self._clock is not None:
+                self._clock.add(sample, only_if_better=True)
+        estimate = self._clock.estimate if self._clock is not None else None
+        stats.clock = estimate or stats.echo_clock
 
     def finished(self) -> None:
         if self._sent_at is not None:

@@ -11,9 +11,10 @@ from typing import Self
 
 import grpc.aio
 
+from client.clock import ClockSync, wall_ms
 from client.pool import ChannelPool, Metadata, Slot, call_cancelled, cancelled_from_outside
 from client.retry import Retrier
-from client.stats import Meter, StreamStats, wall_ms
+from client.stats import Meter, StreamStats
 from core.errors import RemoteError
 from core.wire import speech_pb2 as pb
 
@@ -59,13 +60,15 @@ class Synthesis:
         metadata: Metadata,
         request: pb.SynthesizeRequest,
         retrier: Retrier,
+        *,
+        clock: ClockSync | None = None,
     ) -> None:
         self._pool = pool
         self._metadata = metadata
         self._request = request
         self._retrier = retrier
         self.stats = retrier.stats
-        self._meter = Meter(self.stats)
+        self._meter = Meter(self.stats, clock)
         self._request_id = ""
         self._last_seq: int | None = None
         self._final_seen = False

@@ -93,6 +93,43 @@ CALLBACK_FAILURES = Counter(
 )
 
 
+# ---- the LLM lane (api/llm.py: the bridge to Ollama) ---------------------------------------
+
+_TTFT_S_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+OLLAMA_BATCH_SIZE = Gauge(
+    "ollama_batch_size",
+    "Generations in flight on an Ollama host (the LLM's batch), as the bridge counts them",
+    ["host"],
+)
+OLLAMA_TIME_TO_FIRST_TOKEN_S = Histogram(
+    "ollama_time_to_first_token_seconds",
+    "Request sent to Ollama to the reply's first text (queue wait for a slot not included)",
+    ["model"],
+    buckets=_TTFT_S_BUCKETS,
+)
+LLM_REPLIES = Counter(
+    "voicelane_llm_replies_total",
+    "LLM replies asked for, by how they ended: ok, cancelled, not_found, unavailable, "
+    "timeout, invalid",
+    ["outcome"],
+)
+LLM_TOKENS = Counter(
+    "voicelane_llm_tokens_total",
+    "Tokens Ollama reported for finished replies, by kind: prompt, reply",
+    ["kind"],
+)
+LLM_QUEUE_WAIT_S = Histogram(
+    "voicelane_llm_queue_wait_seconds",
+    "Time a reply waited for a generation slot of its Ollama host (max_parallel)",
+    buckets=_WAIT_S_BUCKETS,
+)
+CONVERSATIONS = Counter(
+    "voicelane_chat_conversations_total",
+    "Chats (an LLM's reply spoken) by how they ended: ok, cancelled, failed, refused",
+    ["outcome"],
+)
+
 # ---- values read at scrape time ------------------------------------------------------------
 
 
@@ -134,10 +171,16 @@ __all__ = [
     "BATCH_WAIT_S",
     "CALLBACK_FAILURES",
     "CHUNK_RETRIES",
+    "CONVERSATIONS",
     "ENGINE_MEMORY_BYTES",
     "ENGINE_RELOADS",
     "GRPC_STREAM_ERRORS",
     "LEASE_TAKEOVERS",
+    "LLM_QUEUE_WAIT_S",
+    "LLM_REPLIES",
+    "LLM_TOKENS",
+    "OLLAMA_BATCH_SIZE",
+    "OLLAMA_TIME_TO_FIRST_TOKEN_S",
     "OOM_EVENTS",
     "REALTIME_FACTOR",
     "STREAM_LATENCY_MS",

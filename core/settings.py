@@ -210,6 +210,9 @@ class StackSettings(ServiceSettings):
     """The workers and the gRPC front serve ``/metrics`` on consecutive ports from here (the
     API on its own port); the list is written to ``{state_dir}/prometheus-targets.json``."""
 
+    llm_standin_port: int = Field(11434, ge=1, le=65535)
+    """``up --llm-standin``: the port of the stand-in Ollama server (Ollama's own port)."""
+
     def render_worker_count(self) -> int:
         if self.render_workers is not None:
             return self.render_workers

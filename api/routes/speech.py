@@ -15,7 +15,12 @@ the client leaves early.
     ``{"type": "start", "request_id"}``; then per chunk a JSON ``{"type": "audio", "seq",
     "pts_ms", "packets": N, "server_ts_ms", "client_ts_ms", "captions": [...]}`` followed by
     N binary messages, one 20 ms Opus packet each; then ``{"type": "end", "seq", "pts_ms"}``
-    and a normal close. Errors: ``{"type": "error", "code", "message", "field"?}`` (gRPC
+    and a normal close. **Chat** (an LLM's reply, spoken): send ``{"messages": [{"role",
+    "content"}, ...], "model"?, "system"?, "voice"?, ...}`` instead of ``text``; the server
+    answers ``start``, then ``{"type": "text", "delta"}`` as the LLM writes (markup included),
+    audio messages as above (captions of the spoken text), ``{"type": "stats", ...}`` (the
+    LLM's token counts and timings, time to first token and to first audio) and ``end``.
+    Errors: ``{"type": "error", "code", "message", "field"?}`` (gRPC
     status names) and a close (1008 for bad input or auth, 1013 when over capacity, 1011
     otherwise). Closing the socket early cancels the stream.
 
@@ -42,8 +47,10 @@ from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatSummary, ChatText, chat
 from api.deps import State, Tenant
 from api.failures import service_error
+from api.llm import ChatTurn
 from api.streams import Stream, StreamAsk, StreamChunk
 from core.audio.stream import StreamEncoding
 from core.errors import (
@@ -52,6 +59,7 @@ from core.errors import (
     MalformedRequestError,
     NoCapacityError,
     TextTooLargeError,
+    UnavailableError,
     VoicelaneError,
     grpc_status_name,
 )
@@ -91,10 +99,21 @@ def first_error(error: ValidationError) -> tuple[str, str | None]:
 # ---- WebSocket -----------------------------------------------------------------------------
 
 
+class ChatMessageBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: str
+    content: str
+
+
 class WebSocketRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str
+    text: str | None = None
+    messages: list[ChatMessageBody] | None = None
+    """A chat request (instead of ``text``): the LLM's reply is spoken."""
+    model: str | None = None
+    system: str | None = None
     voice: str | None = None
     sample_rate_hz: int | None = None
     speed: float | None = None
@@ -147,6 +166,12 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
             paced=body.pace,
             front="websocket",
         )
+        if (body.text is None) == (body.messages is None):
+            raise InvalidInputError("send either text or messages (a chat)", field="text")
+        if body.messages is not None:
+            await _serve_chat(socket, state, tenant, body, ask)
+            return
+        assert body.text is not None
         stream = await state.streams.synthesize(tenant, body.text, ask)
         await socket.send_json({"type": "start", "request_id": stream.request_id})
         async with contextlib.aclosing(stream.chunks()) as chunks:
@@ -176,6 +201,56 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
     finally:
         if stream is not None:
             await stream.close()
+
+
+async def _serve_chat(
+    socket: WebSocket, state: State, tenant: str, body: WebSocketRequest, ask: StreamAsk
+) -> None:
+    """A chat over the socket: text deltas, audio, stats, end (see the module docstring)."""
+    if state.llm is None:
+        raise UnavailableError("this server has no LLM configured (VOICELANE_LLM_*)")
+    chat_ask = ChatAsk(
+        messages=[ChatTurn(m.role, m.content) for m in body.messages or ()],
+        model=body.model,
+        system=body.system,
+        speech=ask,
+    )
+    final: StreamChunk | None = None
+    async with contextlib.aclosing(chat(state.streams, state.llm, tenant, chat_ask)) as events:
+        async for event in events:
+            if isinstance(event, ChatStarted):
+                await socket.send_json({"type": "start", "request_id": event.request_id})
+            elif isinstance(event, ChatText):
+                await socket.send_json({"type": "text", "delta": event.delta})
+            elif isinstance(event, ChatAudio):
+                chunk = event.chunk
+                if chunk.data or not chunk.final:
+                    await _send_chunk(socket, chunk)
+                if chunk.final:
+                    final = chunk
+            elif isinstance(event, ChatDone):
+                await socket.send_json({"type": "stats", **_chat_stats(event.summary)})
+    if final is not None:
+        await socket.send_json({"type": "end", "seq": final.seq, "pts_ms": final.pts_ms})
+    await socket.close(1000)
+
+
+def _chat_stats(summary: ChatSummary) -> dict[str, Any]:
+    llm = summary.llm
+    stats: dict[str, Any] = {
+        "request_id": summary.request_id,
+        "time_to_first_token_ms": summary.time_to_first_token_ms,
+        "time_to_first_audio_ms": summary.time_to_first_audio_ms,
+        "trimmed_messages": summary.trimmed_messages,
+        "spoken_text": summary.spoken_text,
+    }
+    if llm is not None:
+        stats.update(
+            model=llm.model, prompt_tokens=llm.prompt_tokens, reply_tokens=llm.reply_tokens,
+            prompt_eval_ms=llm.prompt_eval_ms, eval_ms=llm.eval_ms, total_ms=llm.total_ms,
+            load_ms=llm.load_ms, done_reason=llm.done_reason,
+        )  # fmt: skip
+    return stats
 
 
 async def _first_message(socket: WebSocket) -> str:

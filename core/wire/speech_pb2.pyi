@@ -121,3 +121,81 @@ class ListVoicesResponse(_message.Message):
     engine: str
     voices: _containers.RepeatedCompositeFieldContainer[Voice]
     def __init__(self, engine: _Optional[str] = ..., voices: _Optional[_Iterable[_Union[Voice, _Mapping]]] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class ChatRequest(_message.Message):
+    __slots__ = ("messages", "model", "voice", "sample_rate_hz", "client_ts_ms", "system", "speed")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    model: str
+    voice: str
+    sample_rate_hz: int
+    client_ts_ms: int
+    system: str
+    speed: float
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., model: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., system: _Optional[str] = ..., speed: _Optional[float] = ...) -> None: ...
+
+class ChatStats(_message.Message):
+    __slots__ = ("prompt_tokens", "reply_tokens", "prompt_eval_ms", "eval_ms", "total_ms", "load_ms", "time_to_first_token_ms", "time_to_first_audio_ms", "done_reason", "model", "trimmed_messages", "spoken_text")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REPLY_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_EVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    EVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_MS_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_TOKEN_MS_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
+    DONE_REASON_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TRIMMED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SPOKEN_TEXT_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    reply_tokens: int
+    prompt_eval_ms: float
+    eval_ms: float
+    total_ms: float
+    load_ms: float
+    time_to_first_token_ms: float
+    time_to_first_audio_ms: float
+    done_reason: str
+    model: str
+    trimmed_messages: int
+    spoken_text: str
+    def __init__(self, prompt_tokens: _Optional[int] = ..., reply_tokens: _Optional[int] = ..., prompt_eval_ms: _Optional[float] = ..., eval_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., load_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., time_to_first_audio_ms: _Optional[float] = ..., done_reason: _Optional[str] = ..., model: _Optional[str] = ..., trimmed_messages: _Optional[int] = ..., spoken_text: _Optional[str] = ...) -> None: ...
+
+class ChatResponse(_message.Message):
+    __slots__ = ("audio", "text_delta", "stats")
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    audio: AudioChunk
+    text_delta: str
+    stats: ChatStats
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., text_delta: _Optional[str] = ..., stats: _Optional[_Union[ChatStats, _Mapping]] = ...) -> None: ...
+
+class ClockRequest(_message.Message):
+    __slots__ = ("client_ts_ms",)
+    CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    client_ts_ms: int
+    def __init__(self, client_ts_ms: _Optional[int] = ...) -> None: ...
+
+class ClockResponse(_message.Message):
+    __slots__ = ("client_ts_ms", "server_ts_us")
+    CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TS_US_FIELD_NUMBER: _ClassVar[int]
+    client_ts_ms: int
+    server_ts_us: int
+    def __init__(self, client_ts_ms: _Optional[int] = ..., server_ts_us: _Optional[int] = ...) -> None: ...

@@ -49,6 +49,16 @@ class SpeechStub:
                 request_serializer=core_dot_wire_dot_speech__pb2.ListVoicesRequest.SerializeToString,
                 response_deserializer=core_dot_wire_dot_speech__pb2.ListVoicesResponse.FromString,
                 _registered_method=True)
+        self.Chat = channel.unary_stream(
+                '/voicelane.v1.Speech/Chat',
+                request_serializer=core_dot_wire_dot_speech__pb2.ChatRequest.SerializeToString,
+                response_deserializer=core_dot_wire_dot_speech__pb2.ChatResponse.FromString,
+                _registered_method=True)
+        self.Clock = channel.unary_unary(
+                '/voicelane.v1.Speech/Clock',
+                request_serializer=core_dot_wire_dot_speech__pb2.ClockRequest.SerializeToString,
+                response_deserializer=core_dot_wire_dot_speech__pb2.ClockResponse.FromString,
+                _registered_method=True)
 
 
 class SpeechServicer:
@@ -76,6 +86,22 @@ class SpeechServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Chat(self, request, context):
+        """An LLM's reply (Ollama) to the messages, spoken sentence by sentence while it is still
+        being written: its text as it arrives, audio with captions of the spoken text, then stats.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Clock(self, request, context):
+        """The server's clock, for the client's clock-offset estimate (NTP-style: it echoes
+        client_ts_ms; the client keeps the sample with the smallest round trip).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SpeechServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +119,16 @@ def add_SpeechServicer_to_server(servicer, server):
                     servicer.ListVoices,
                     request_deserializer=core_dot_wire_dot_speech__pb2.ListVoicesRequest.FromString,
                     response_serializer=core_dot_wire_dot_speech__pb2.ListVoicesResponse.SerializeToString,
+            ),
+            'Chat': grpc.unary_stream_rpc_method_handler(
+                    servicer.Chat,
+                    request_deserializer=core_dot_wire_dot_speech__pb2.ChatRequest.FromString,
+                    response_serializer=core_dot_wire_dot_speech__pb2.ChatResponse.SerializeToString,
+            ),
+            'Clock': grpc.unary_unary_rpc_method_handler(
+                    servicer.Clock,
+                    request_deserializer=core_dot_wire_dot_speech__pb2.ClockRequest.FromString,
+                    response_serializer=core_dot_wire_dot_speech__pb2.ClockResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +212,60 @@ class Speech:
             '/voicelane.v1.Speech/ListVoices',
             core_dot_wire_dot_speech__pb2.ListVoicesRequest.SerializeToString,
             core_dot_wire_dot_speech__pb2.ListVoicesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Chat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/voicelane.v1.Speech/Chat',
+            core_dot_wire_dot_speech__pb2.ChatRequest.SerializeToString,
+            core_dot_wire_dot_speech__pb2.ChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Clock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/voicelane.v1.Speech/Clock',
+            core_dot_wire_dot_speech__pb2.ClockRequest.SerializeToString,
+            core_dot_wire_dot_speech__pb2.ClockResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,14 @@ class SpeechStub:
     """
     ListVoices: _grpc.UnaryUnaryMultiCallable[_speech_pb2.ListVoicesRequest, _speech_pb2.ListVoicesResponse]
     """The voices of the workers' engine."""
+    Chat: _grpc.UnaryStreamMultiCallable[_speech_pb2.ChatRequest, _speech_pb2.ChatResponse]
+    """An LLM's reply (Ollama) to the messages, spoken sentence by sentence while it is still
+    being written: its text as it arrives, audio with captions of the spoken text, then stats.
+    """
+    Clock: _grpc.UnaryUnaryMultiCallable[_speech_pb2.ClockRequest, _speech_pb2.ClockResponse]
+    """The server's clock, for the client's clock-offset estimate (NTP-style: it echoes
+    client_ts_ms; the client keeps the sample with the smallest round trip).
+    """
 
 @_typing.type_check_only
 class SpeechAsyncStub(SpeechStub):
@@ -56,6 +64,14 @@ class SpeechAsyncStub(SpeechStub):
     """
     ListVoices: _aio.UnaryUnaryMultiCallable[_speech_pb2.ListVoicesRequest, _speech_pb2.ListVoicesResponse]  # type: ignore[assignment]
     """The voices of the workers' engine."""
+    Chat: _aio.UnaryStreamMultiCallable[_speech_pb2.ChatRequest, _speech_pb2.ChatResponse]  # type: ignore[assignment]
+    """An LLM's reply (Ollama) to the messages, spoken sentence by sentence while it is still
+    being written: its text as it arrives, audio with captions of the spoken text, then stats.
+    """
+    Clock: _aio.UnaryUnaryMultiCallable[_speech_pb2.ClockRequest, _speech_pb2.ClockResponse]  # type: ignore[assignment]
+    """The server's clock, for the client's clock-offset estimate (NTP-style: it echoes
+    client_ts_ms; the client keeps the sample with the smallest round trip).
+    """
 
 class SpeechServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -83,5 +99,25 @@ class SpeechServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_speech_pb2.ListVoicesResponse, _abc.Awaitable[_speech_pb2.ListVoicesResponse]]:
         """The voices of the workers' engine."""
+
+    @_abc_1.abstractmethod
+    def Chat(
+        self,
+        request: _speech_pb2.ChatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_speech_pb2.ChatResponse], _abc.AsyncIterator[_speech_pb2.ChatResponse]]:
+        """An LLM's reply (Ollama) to the messages, spoken sentence by sentence while it is still
+        being written: its text as it arrives, audio with captions of the spoken text, then stats.
+        """
+
+    @_abc_1.abstractmethod
+    def Clock(
+        self,
+        request: _speech_pb2.ClockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_speech_pb2.ClockResponse, _abc.Awaitable[_speech_pb2.ClockResponse]]:
+        """The server's clock, for the client's clock-offset estimate (NTP-style: it echoes
+        client_ts_ms; the client keeps the sample with the smallest round trip).
+        """
 
 def add_SpeechServicer_to_server(servicer: SpeechServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -129,6 +129,7 @@ class FakeSpeechServer(pb_grpc.SpeechServicer):
         self.port = 0
         self._server: grpc.aio.Server | None = None
         # knobs
+        self.chat_requests: list[pb.ChatRequest] = []
         self.fail_first_calls = 0
         self.fail_code = grpc.StatusCode.UNAVAILABLE
         self.drop_after_chunks: int | None = None
@@ -322,6 +323,44 @@ class FakeSpeechServer(pb_grpc.SpeechServicer):
                 if speaker.ended:
                     self.converse_samples.append(speaker.samples_encoded)
                     return
+
+    # -- Chat
+
+    async def Chat(  # noqa: N802
+        self, request: pb.ChatRequest, context: ServicerContext
+    ) -> AsyncIterator[pb.ChatResponse]:
+        """A canned reply (``You said: <last message>.``): its text in two deltas, its audio
+        as Synthesize renders it, then stats."""
+        await self._admit("Chat", context)
+        self.chat_requests.append(request)
+        last = request.messages[-1].content if request.messages else ""
+        reply = f"You said: {last}."
+        async with self._stream():
+            half = len(reply) // 2
+            for delta in (reply[:half], reply[half:]):
+                yield pb.ChatResponse(text_delta=delta)
+            speak = pb.SynthesizeRequest(text=reply, sample_rate_hz=request.sample_rate_hz)
+            for template in self._render(speak).chunks:
+                chunk = pb.AudioChunk()
+                chunk.CopyFrom(template)
+                chunk.client_ts_ms = request.client_ts_ms
+                chunk.server_ts_ms = now_ms()
+                yield pb.ChatResponse(audio=chunk)
+            yield pb.ChatResponse(
+                stats=pb.ChatStats(
+                    reply_tokens=len(reply.split()), done_reason="stop", spoken_text=reply
+                )
+            )
+
+    # -- Clock
+
+    async def Clock(  # noqa: N802
+        self, request: pb.ClockRequest, context: ServicerContext
+    ) -> pb.ClockResponse:
+        await self._admit("Clock", context)
+        return pb.ClockResponse(
+            client_ts_ms=request.client_ts_ms, server_ts_us=time.time_ns() // 1000
+        )
 
     # -- ListVoices
 

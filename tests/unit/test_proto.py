@@ -32,4 +32,10 @@ def test_the_service_is_voicelane_v1_speech() -> None:
 
     service = speech_pb2.DESCRIPTOR.services_by_name["Speech"]
     assert service.full_name == "voicelane.v1.Speech"
-    assert {m.name for m in service.methods} == {"Synthesize", "Converse", "ListVoices"}
+    assert {m.name for m in service.methods} == {
+        "Synthesize",
+        "Converse",
+        "ListVoices",
+        "Chat",
+        "Clock",
+    }

@@ -1,0 +1,608 @@
+"""The LLM bridge: a conversation in, the reply's text out as Ollama writes it.
+
+The fronts (API and gRPC processes) ask :class:`LlmBridge` for a reply; it speaks to Ollama
+through the official ``ollama.AsyncClient`` (``/api/chat``, streamed), so that whatever Ollama
+version the operator runs, the protocol is the client's business. What the bridge adds:
+
+* **validation** — no messages, an unknown role, a last message that is empty or not text:
+  :class:`~core.errors.InvalidInputError`;
+* **the window** — every request carries ``options.num_ctx`` (``VOICELANE_LLM_NUM_CTX``;
+  left out, Ollama sizes the context from the card and its KV cache eats the TTS model's
+  memory) and ``keep_alive``; the history is trimmed to fit: each message's tokens estimated
+  (a CJK character ≈ 1 token, other text ≈ 4 characters per token, 4 per message), the oldest
+  non-system messages dropped whole until system + history + ``reply_reserve_tokens`` fit
+  ``num_ctx``; a last message that does not fit alone is refused;
+* **a cap per Ollama host** — at most ``max_parallel`` generations in flight (Ollama's
+  ``OLLAMA_NUM_PARALLEL``); later replies queue in the front, first come first served;
+* **the first chunk before returning** — :meth:`LlmBridge.reply` returns once Ollama sent
+  its first chunk, so request-level errors (a missing model, Ollama unreachable or busy) are
+  raised there, typed, before anything was spoken; errors after that are raised by the
+  reply's iterator, after the text that came before them;
+* **barge-in** — :meth:`LlmReply.aclose` closes the HTTP stream (Ollama stops generating when
+  its client leaves) and frees the slot, from any task, at any time;
+* **errors, typed** (:mod:`core.errors`, one line each): a model Ollama does not have →
+  :class:`~core.errors.NotFoundError`; Ollama unreachable, 503 busy, any other 5xx, an error
+  line or a dropped connection mid-reply, a reply that ends without ``done`` →
+  :class:`~core.errors.UnavailableError`; no chunk within ``read_timeout_s`` (at any point) →
+  :class:`~core.errors.DeadlineExceededError`; 400 (a request Ollama refuses) →
+  :class:`~core.errors.InvalidInputError`;
+* **metrics** (:mod:`core.metrics`): ``ollama_batch_size{host}``,
+  ``ollama_time_to_first_token_seconds{model}``, ``voicelane_llm_replies_total{outcome}``,
+  ``voicelane_llm_tokens_total{kind}``, ``voicelane_llm_queue_wait_seconds``.
+
+A reply reads ahead: a task of its own takes Ollama's chunks as they come and queues their
+text, so that closing the reply never waits for the consumer, and the consumer never holds
+the HTTP stream. Use it with ``contextlib.aclosing`` (or ``async with``) so an abandoned reply
+is closed; one that is never closed reads to its end and frees its slot then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, cast
+
+import httpx
+import ollama
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from core import metrics
+from core.errors import (
+    DeadlineExceededError,
+    InvalidInputError,
+    NotFoundError,
+    ShuttingDownError,
+    UnavailableError,
+    VoicelaneError,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST = "http://127.0.0.1:11434"
+ROLES = ("system", "user", "assistant")
+TOKENS_PER_MESSAGE = 4
+CHARS_PER_TOKEN = 4
+BUSY_RETRY_AFTER_S = 1.0
+
+
+def _default_host() -> str:
+    return os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+
+
+def _default_max_parallel() -> int:
+    raw = os.environ.get("OLLAMA_NUM_PARALLEL", "")
+    try:
+        value = int(raw)
+    except ValueError:
+        return 1
+    return value if value >= 1 else 1
+
+
+class LlmSettings(BaseSettings):
+    """The LLM bridge (``VOICELANE_LLM_*``; docs/llm.md)."""
+
+    model_config = SettingsConfigDict(env_prefix="VOICELANE_LLM_", extra="ignore")
+
+    host: str = Field(default_factory=_default_host)
+    """Ollama's address; default: ``OLLAMA_HOST`` (the client's own variable), else
+    http://127.0.0.1:11434."""
+    model: str = Field("qwen2.5:7b", min_length=1)
+    """The model when a request names none."""
+    keep_alive: str = "30m"
+    """How long Ollama keeps the model loaded after a request (a duration; ``-1``: forever)."""
+    num_ctx: int = Field(2048, ge=256)
+    """The LLM's context window, sent as ``options.num_ctx`` with every request."""
+    read_timeout_s: float = Field(30.0, gt=0)
+    """The longest gap between two chunks (the first one included)."""
+    max_parallel: int = Field(default_factory=_default_max_parallel, ge=1)
+    """Generations in flight per Ollama host; default ``OLLAMA_NUM_PARALLEL``, else 1."""
+    reply_reserve_tokens: int = Field(512, ge=0)
+    """The part of the window kept free for the reply when trimming the history."""
+    system: str = ""
+    """A system prompt put before every conversation (a request's ``system`` replaces it)."""
+    preload: bool = False
+    """Load the model when the front starts (:meth:`LlmBridge.preload`, ``api/llm_warmup``);
+    readiness waits for it. Off by default: a front without an Ollama stays ready."""
+    preload_timeout_s: float = Field(300.0, gt=0)
+    """How long a preload may take: a cold load of a big model from a slow disk is slow."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    """One message of a conversation."""
+
+    role: str
+    """``system``, ``user`` or ``assistant``."""
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class LlmStats:
+    """A finished reply's numbers, from Ollama's final chunk (ms; tokens as Ollama counts)."""
+
+    model: str
+    prompt_tokens: int
+    reply_tokens: int
+    prompt_eval_ms: float
+    eval_ms: float
+    total_ms: float
+    load_ms: float
+    done_reason: str
+    time_to_first_token_ms: float
+    """Request sent → the reply's first text (the wait for a slot not included)."""
+
+
+# ---- validation and the window ----------------------------------------------------------------
+
+
+def _is_cjk(char: str) -> bool:
+    code = ord(char)
+    return (
+        0x2E80 <= code <= 0x9FFF  # radicals, CJK punctuation, kana, ext. A, unified ideographs
+        or 0xAC00 <= code <= 0xD7AF  # Hangul syllables
+        or 0xF900 <= code <= 0xFAFF  # compatibility ideographs
+        or 0xFF00 <= code <= 0xFFEF  # full-width forms
+        or 0x20000 <= code <= 0x3FFFF  # extensions B and later
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    """A message's tokens as the window counts them: CJK characters 1 each, other text one
+    per 4 characters (rounded up), plus 4 for the message's framing."""
+    cjk = sum(1 for char in text if _is_cjk(char))
+    other = len(text) - cjk
+    return cjk + -(-other // CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE
+
+
+def _check_text(content: object, what: str, field: str) -> str:
+    if not isinstance(content, str):
+        raise InvalidInputError(f"{what} must be text, not {type(content).__name__}", field=field)
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in content):
+        raise InvalidInputError(f"{what} holds control characters (binary data?)", field=field)
+    return content
+
+
+def prepare_messages(
+    messages: Sequence[ChatTurn], system: str, *, num_ctx: int, reserve_tokens: int
+) -> tuple[list[dict[str, str]], int]:
+    """The messages as Ollama takes them (the system prompt first when there is one) and how
+    many history messages were dropped to fit ``num_ctx``; :class:`InvalidInputError` for bad
+    input or a last message that does not fit alone."""
+    if not messages:
+        raise InvalidInputError("messages: at least one message is needed", field="messages")
+    checked: list[tuple[str, str]] = []
+    for index, turn in enumerate(messages):
+        role = getattr(turn, "role", None)
+        if role not in ROLES:
+            raise InvalidInputError(
+                f"messages[{index}].role must be one of {', '.join(ROLES)}, not {role!r}",
+                field="messages",
+            )
+        content = getattr(turn, "content", None)
+        checked.append((role, _check_text(content, f"messages[{index}].content", "messages")))
+    if not checked[-1][1].strip():
+        raise InvalidInputError("messages: the last message is empty", field="messages")
+    system = _check_text(system, "system", "system") if system else ""
+
+    budget = num_ctx - reserve_tokens
+    fixed = estimate_tokens(system) if system else 0
+    cost = [estimate_tokens(content) for _, content in checked]
+    last = len(checked) - 1
+    # The last message and the history's system messages are never dropped.
+    kept_cost = (
+        fixed + cost[last] + sum(c for i, c in enumerate(cost[:last]) if checked[i][0] == "system")
+    )
+    if kept_cost > budget:
+        others = kept_cost - cost[last]
+        raise InvalidInputError(
+            f"messages: the last message (about {cost[last]} tokens) does not fit the LLM's "
+            f"window of {num_ctx} tokens with {reserve_tokens} kept for the reply"
+            + (f" and {others} for system messages" if others else ""),
+            field="messages",
+        )
+    total = fixed + sum(cost)
+    dropped: set[int] = set()
+    for index in range(last):  # oldest first
+        if total <= budget:
+            break
+        if checked[index][0] == "system":
+            continue
+        dropped.add(index)
+        total -= cost[index]
+    wire = [{"role": "system", "content": system}] if system else []
+    wire.extend(
+        {"role": role, "content": content}
+        for index, (role, content) in enumerate(checked)
+        if index not in dropped
+    )
+    return wire, len(dropped)
+
+
+# ---- the cap per host -------------------------------------------------------------------------
+
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _slots(host: str, max_parallel: int) -> asyncio.Semaphore:
+    """The generation slots of ``host`` in this event loop (created on first use; the first
+    bridge's ``max_parallel`` sets their number)."""
+    per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
+    if host not in per_loop:
+        per_loop[host] = asyncio.Semaphore(max_parallel)
+    return per_loop[host]
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _outcome(error: BaseException | None) -> str:
+    if error is None:
+        return "ok"
+    if isinstance(error, NotFoundError):
+        return "not_found"
+    if isinstance(error, DeadlineExceededError):
+        return "timeout"
+    if isinstance(error, InvalidInputError):
+        return "invalid"
+    return "unavailable"
+
+
+def map_error(error: BaseException, *, host: str, model: str, started: bool) -> VoicelaneError:
+    """An error of the ``ollama`` client (or of httpx under it) as voicelane's typed error.
+    ``started``: the reply's first chunk had arrived (a mid-reply failure)."""
+    if isinstance(error, VoicelaneError):
+        return error
+    if isinstance(error, ollama.ResponseError):
+        status, detail = error.status_code, _one_line(error.error)
+        if status == 404:
+            said = "" if model in detail else f": {detail}"
+            return NotFoundError(
+                f"model {model!r} not found on ollama at {host}{said}", field="model"
+            )
+        if status == -1:
+            return UnavailableError(f"ollama at {host} failed mid-reply: {detail}")
+        if status == 400:
+            return InvalidInputError(f"ollama at {host} refused the request: {detail}")
+        retry = BUSY_RETRY_AFTER_S if status in (429, 503) else None
+        return UnavailableError(
+            f"ollama at {host} is unavailable: HTTP {status}: {detail}", retry_after_s=retry
+        )
+    if isinstance(error, httpx.TimeoutException) and not isinstance(error, httpx.ConnectTimeout):
+        return DeadlineExceededError(
+            f"ollama at {host} sent nothing for longer than the read timeout "
+            f"({'mid-reply' if started else 'before the first token'})"
+        )
+    detail = _one_line(f"{type(error).__name__}: {error}".rstrip(": "))
+    if isinstance(error, httpx.TransportError | ConnectionError) and not started:
+        return UnavailableError(f"ollama at {host} is unreachable: {detail}")
+    if isinstance(error, httpx.TransportError):
+        return UnavailableError(f"ollama at {host} dropped the connection mid-reply: {detail}")
+    if isinstance(error, ValueError):  # json.JSONDecodeError, pydantic's ValidationError
+        return UnavailableError(f"ollama at {host} sent a malformed reply: {detail}")
+    log.warning("LLM: unexpected error from ollama at %s", host, exc_info=error)
+    return UnavailableError(f"ollama at {host} failed: {detail}")
+
+
+# ---- a reply ----------------------------------------------------------------------------------
+
+_END = object()
+
+
+class LlmReply:
+    """The reply's text deltas as Ollama writes them: an async iterator of ``str``.
+
+    Iterate it once. Errors after the first chunk are raised by the iterator, after the text
+    that came before them. :meth:`aclose` stops the generation (barge-in): a consumer waiting
+    in another task sees the end of the iteration."""
+
+    def __init__(
+        self,
+        *,
+        client: ollama.AsyncClient,
+        host: str,
+        model: str,
+        messages: list[dict[str, str]],
+        options: Mapping[str, Any],
+        keep_alive: str,
+        trimmed_messages: int,
+        slots: asyncio.Semaphore,
+    ) -> None:
+        self.trimmed_messages = trimmed_messages
+        """History messages dropped to fit ``num_ctx``."""
+        self.stats: LlmStats | None = None
+        """Set once the stream ended with ``done: true``."""
+        self.model = model
+        self.host = host
+        self._client = client
+        self._messages = messages
+        self._options = dict(options)
+        self._keep_alive = keep_alive
+        self._slots = slots
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._first_chunk: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._error: VoicelaneError | None = None
+        self._finished = False
+        metrics.OLLAMA_BATCH_SIZE.labels(host=host).inc()
+        self._task = asyncio.create_task(self._pump(), name=f"llm-reply {model}")
+        self._task.add_done_callback(self._ended)
+
+    # -- the reading task
+
+    async def _pump(self) -> None:
+        sent = time.monotonic()
+        first_text_at: float | None = None
+        started = False
+        try:
+            chunks = await self._client.chat(
+                model=self.model,
+                messages=self._messages,
+                stream=True,
+                options=self._options,
+                keep_alive=self._keep_alive,
+            )
+            stream = cast(AsyncGenerator[ollama.ChatResponse, None], chunks)
+            try:
+                async for part in stream:
+                    if not started:
+                        started = True
+                        self._first_chunk.set_result(None)
+                    text = part.message.content or ""
+                    if text:
+                        if first_text_at is None:
+                            first_text_at = time.monotonic()
+                            metrics.OLLAMA_TIME_TO_FIRST_TOKEN_S.labels(model=self.model).observe(
+                                first_text_at - sent
+                            )
+                        self._queue.put_nowait(text)
+                    if part.done:
+                        ended = time.monotonic()
+                        self.stats = _stats(
+                            part, self.model, ((first_text_at or ended) - sent) * 1000
+                        )
+                        metrics.LLM_TOKENS.labels(kind="prompt").inc(self.stats.prompt_tokens)
+                        metrics.LLM_TOKENS.labels(kind="reply").inc(self.stats.reply_tokens)
+                        return
+            finally:
+                await stream.aclose()  # closes the HTTP stream: Ollama stops generating
+            raise UnavailableError(f"ollama at {self.host} ended the reply without done")
+        except Exception as error:
+            mapped = map_error(error, host=self.host, model=self.model, started=started)
+            if mapped is not error:
+                mapped.__cause__ = error
+            self._error = mapped
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """Always runs, even for a task cancelled before it started: frees the slot, counts
+        the outcome, ends the iteration."""
+        self._slots.release()
+        metrics.OLLAMA_BATCH_SIZE.labels(host=self.host).dec()
+        if self.stats is not None:
+            outcome = "ok"
+        elif self._error is not None:
+            outcome = _outcome(self._error)
+        else:
+            outcome = "cancelled"
+        metrics.LLM_REPLIES.labels(outcome=outcome).inc()
+        if not self._first_chunk.done():
+            if self._error is not None:
+                self._first_chunk.set_exception(self._error)
+                self._error = None
+            elif task.cancelled() or self.stats is None:
+                self._first_chunk.cancel()
+            else:
+                self._first_chunk.set_result(None)
+        if self._error is not None:
+            self._queue.put_nowait(self._error)
+        self._queue.put_nowait(_END)
+
+    async def _started(self) -> None:
+        """Wait for the first chunk; the request's error, typed, if it failed before."""
+        try:
+            await asyncio.shield(self._first_chunk)
+        except asyncio.CancelledError:
+            if self._first_chunk.cancelled() and not _current_task_cancelling():
+                # The reply was closed (not this task cancelled) before its first chunk.
+                raise ShuttingDownError(
+                    f"the reply of ollama at {self.host} was closed before it started"
+                ) from None
+            raise
+
+    # -- the consumer's side
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self
+
+    async def __anext__(self) -> str:
+        if self._finished:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if item is _END:
+            self._finished = True
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            self._finished = True
+            raise item
+        assert isinstance(item, str)
+        return item
+
+    @property
+    def done(self) -> bool:
+        """The stream is over (finished, failed or closed); the iterator may still hold text."""
+        return self._task.done()
+
+    async def aclose(self) -> None:
+        """Stop the reply: close the HTTP stream (Ollama stops generating) and free the slot.
+        Safe from any task, at any time, more than once."""
+        if not self._task.done():
+            self._task.cancel()
+            await asyncio.wait([self._task])
+        self._finished = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _current_task_cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _ns_to_ms(value: int | None) -> float:
+    return (value or 0) / 1e6
+
+
+def _stats(part: ollama.ChatResponse, model: str, ttft_ms: float) -> LlmStats:
+    return LlmStats(
+        model=part.model or model,
+        prompt_tokens=part.prompt_eval_count or 0,
+        reply_tokens=part.eval_count or 0,
+        prompt_eval_ms=_ns_to_ms(part.prompt_eval_duration),
+        eval_ms=_ns_to_ms(part.eval_duration),
+        total_ms=_ns_to_ms(part.total_duration),
+        load_ms=_ns_to_ms(part.load_duration),
+        done_reason=part.done_reason or "",
+        time_to_first_token_ms=ttft_ms,
+    )
+
+
+# ---- the bridge -------------------------------------------------------------------------------
+
+
+class LlmBridge:
+    """Replies from Ollama for the fronts. Use it from one event loop (the front's)."""
+
+    def __init__(self, settings: LlmSettings | None = None) -> None:
+        self.settings = settings or LlmSettings()
+        self._client: ollama.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._replies: weakref.WeakSet[LlmReply] = weakref.WeakSet()
+
+    @property
+    def host(self) -> str:
+        return self.settings.host
+
+    def _client_now(self) -> ollama.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = ollama.AsyncClient(
+                host=self.settings.host, timeout=self.settings.read_timeout_s
+            )
+            self._client_loop = loop
+        return self._client
+
+    def _options(self) -> dict[str, Any]:
+        return {"num_ctx": self.settings.num_ctx}
+
+    async def reply(
+        self,
+        messages: Sequence[ChatTurn],
+        *,
+        model: str | None = None,
+        system: str | None = None,
+    ) -> LlmReply:
+        """Validate, trim, wait for a generation slot (queueing beyond ``max_parallel``),
+        start the stream and wait for its first chunk (so request-level errors raise here,
+        typed), then return; iterating yields the first delta and the rest."""
+        settings = self.settings
+        model = model or settings.model
+        try:
+            wire, trimmed = prepare_messages(
+                messages,
+                settings.system if system is None else system,
+                num_ctx=settings.num_ctx,
+                reserve_tokens=settings.reply_reserve_tokens,
+            )
+        except InvalidInputError:
+            metrics.LLM_REPLIES.labels(outcome="invalid").inc()
+            raise
+        slots = _slots(settings.host, settings.max_parallel)
+        queued = time.monotonic()
+        try:
+            await slots.acquire()
+        except asyncio.CancelledError:
+            metrics.LLM_REPLIES.labels(outcome="cancelled").inc()
+            raise
+        metrics.LLM_QUEUE_WAIT_S.observe(time.monotonic() - queued)
+        try:
+            client = self._client_now()
+        except BaseException:
+            slots.release()
+            raise
+        # From here the reply owns the slot: its reading task frees it however it ends.
+        reply = LlmReply(
+            client=client,
+            host=settings.host,
+            model=model,
+            messages=wire,
+            options=self._options(),
+            keep_alive=settings.keep_alive,
+            trimmed_messages=trimmed,
+            slots=slots,
+        )
+        self._replies.add(reply)
+        try:
+            await reply._started()
+        except BaseException:
+            await reply.aclose()
+            raise
+        return reply
+
+    async def preload(self, model: str | None = None) -> None:
+        """Load the model with an empty request (``keep_alive``, and the ``num_ctx`` replies
+        use: another one would make Ollama load it again), so the first user does not pay the
+        cold start. Typed errors as for :meth:`reply`."""
+        model = model or self.settings.model
+        host = self.settings.host
+        async with ollama.AsyncClient(host=host, timeout=self.settings.preload_timeout_s) as client:
+            try:
+                await client.chat(
+                    model=model,
+                    messages=[],
+                    stream=False,
+                    options=self._options(),
+                    keep_alive=self.settings.keep_alive,
+                )
+            except Exception as error:
+                raise map_error(error, host=host, model=model, started=False) from error
+
+    async def close(self) -> None:
+        """Close every reply still open and the HTTP client."""
+        for reply in list(self._replies):
+            await reply.aclose()
+        client, self._client = self._client, None
+        if client is not None and self._client_loop is asyncio.get_running_loop():
+            await client.close()  # type: ignore[no-untyped-call]
+        self._client_loop = None
+
+
+__all__ = [
+    "ChatTurn",
+    "LlmBridge",
+    "LlmReply",
+    "LlmSettings",
+    "LlmStats",
+    "estimate_tokens",
+    "map_error",
+    "prepare_messages",
+]

@@ -1,0 +1,305 @@
+"""OpenAI's chat completions with audio: an LLM's reply (Ollama) spoken by voicelane.
+
+``POST /v1/chat/completions`` follows OpenAI's chat-with-audio convention, so the official
+``openai`` client works unchanged:
+
+* request: ``{"model", "messages": [{"role", "content"}], "modalities": ["text", "audio"],
+  "audio": {"voice", "format"}, "stream"?}``; ``content`` is a string or a list of text parts.
+  ``model``: an Ollama model name, or an OpenAI one (``gpt-…``, ``o1…``), which means the
+  server's configured model (``VOICELANE_LLM_MODEL``). ``audio.voice``: OpenAI's voice names
+  (``alloy``, ``echo``, …) speak as voicelane's ``auto``; voicelane voice ids work as they are.
+* streamed (``"stream": true``): server-sent events, OpenAI's ``chat.completion.chunk``
+  objects: ``delta.audio.data`` carries base64 PCM16 (24 kHz mono little-endian, the only
+  format OpenAI streams), ``delta.audio.transcript`` the spoken text as its audio starts;
+  the last chunk has ``finish_reason`` and ``usage``; then ``data: [DONE]``. Audio is paced
+  just ahead of playback (a live player).
+* not streamed: one ``chat.completion`` with ``message.audio.data`` (base64 of the whole reply
+  in ``audio.format``: ``wav``, ``mp3``, ``flac``, ``opus`` or ``pcm16``) and
+  ``message.audio.transcript``, rendered as fast as the workers can.
+* without ``"audio"`` in ``modalities``: the LLM's text only, as OpenAI answers
+  (``message.content`` / ``delta.content``).
+
+Errors are JSON bodies like every route's (an LLM that does not know the model: 404, Ollama
+unreachable: 503); an error after streaming began ends the stream with an ``error`` event.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, ChatText, chat
+from api.deps import State, Tenant
+from api.llm import ChatTurn
+from api.routes.speech import MAX_SPEECH_BODY_BYTES, OPENAI_VOICES, first_error
+from api.streams import StreamAsk
+from core.audio.stream import StreamEncoding
+from core.errors import (
+    InvalidInputError,
+    MalformedRequestError,
+    TextTooLargeError,
+    UnavailableError,
+    VoicelaneError,
+    grpc_status_name,
+)
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["chat"])
+
+CHAT_FORMATS = {
+    "pcm16": StreamEncoding.PCM,
+    "wav": StreamEncoding.WAV,
+    "mp3": StreamEncoding.MP3,
+    "flac": StreamEncoding.FLAC,
+    "opus": StreamEncoding.OGG,
+}
+OPENAI_SAMPLE_RATE_HZ = 24000
+OPENAI_MODEL_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: str
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class AudioOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    voice: str = "auto"
+    format: str = "wav"
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    modalities: list[str] = Field(default_factory=lambda: ["text"])
+    audio: AudioOptions | None = None
+    stream: bool = False
+    speed: float | None = None
+    sample_rate_hz: int | None = None
+
+
+def _llm_model(name: str | None) -> str | None:
+    """An OpenAI model name means the configured model; others are Ollama's names."""
+    if not name or name.startswith(OPENAI_MODEL_PREFIXES):
+        return None
+    return name
+
+
+def _parse(raw: bytes) -> ChatCompletionRequest:
+    if len(raw) > MAX_SPEECH_BODY_BYTES:
+        raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
+    try:
+        return ChatCompletionRequest.model_validate_json(raw)
+    except ValidationError as error:
+        if any(e.get("type") == "json_invalid" for e in error.errors()):
+            raise MalformedRequestError("malformed JSON") from None
+        message, field = first_error(error)
+        raise InvalidInputError(f"bad chat request: {message}", field=field) from None
+
+
+@router.post("/v1/chat/completions", summary="OpenAI-compatible chat, with the reply spoken")
+async def chat_completions(request: Request, state: State, tenant: Tenant) -> Any:
+    body = _parse(await request.body())
+    if state.llm is None:
+        raise UnavailableError("this server has no LLM configured (VOICELANE_LLM_*)")
+    turns = [ChatTurn(m.role, m.text()) for m in body.messages]
+    model = _llm_model(body.model)
+    completion = _Completion(body.model or state.llm.settings.model)
+    if "audio" not in body.modalities:
+        reply = await state.llm.reply(turns, model=model)
+        if body.stream:
+            return _sse(completion.text_stream(reply))
+        return JSONResponse(await completion.text_whole(reply))
+    options = body.audio or AudioOptions()
+    encoding = CHAT_FORMATS.get(options.format.lower())
+    if encoding is None:
+        raise InvalidInputError(
+            f"audio.format {options.format!r} is not supported; use "
+            + ", ".join(sorted(CHAT_FORMATS)),
+            field="audio",
+        )
+    if body.stream and encoding is not StreamEncoding.PCM:
+        raise InvalidInputError("a streamed reply's audio.format must be pcm16", field="audio")
+    ask = ChatAsk(
+        messages=turns,
+        model=model,
+        speech=StreamAsk(
+            voice="auto" if options.voice in OPENAI_VOICES else options.voice,
+            speed=body.speed,
+            sample_rate_hz=body.sample_rate_hz or OPENAI_SAMPLE_RATE_HZ,
+            encoding=encoding,
+            paced=body.stream,
+            front="openai",
+        ),
+    )
+    events = chat(state.streams, state.llm, tenant, ask)
+    first = await anext(events)  # request-level errors (model, LLM, admission) raise here
+    if body.stream:
+        return _sse(completion.audio_stream(first, events))
+    return JSONResponse(await completion.audio_whole(first, events))
+
+
+def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    async def lines() -> AsyncIterator[bytes]:
+        try:
+            async for event in events:
+                yield b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        except VoicelaneError as error:
+            yield _sse_error(error)
+        except Exception:
+            log.exception("chat completion stream failed")
+            yield _sse_error(VoicelaneError("internal error"))
+
+    return StreamingResponse(lines(), media_type="text/event-stream")
+
+
+def _sse_error(error: VoicelaneError) -> bytes:
+    body = {"error": {"message": error.message, "type": grpc_status_name(error)}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+class _Completion:
+    """OpenAI's response objects for one completion."""
+
+    def __init__(self, model: str) -> None:
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.audio_id = f"audio_{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+        self.expires_at = self.created + 3600
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }  # fmt: skip
+
+    def _whole(self, message: dict[str, Any], usage: dict[str, int], finish: str) -> dict[str, Any]:
+        return {
+            "id": self.id, "object": "chat.completion", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage,
+        }  # fmt: skip
+
+    def _audio(self, data: bytes, transcript: str) -> dict[str, Any]:
+        return {
+            "id": self.audio_id,
+            "data": base64.b64encode(data).decode(),
+            "transcript": transcript,
+            "expires_at": self.expires_at,
+        }
+
+    async def audio_stream(
+        self, first: object, events: AsyncIterator[object]
+    ) -> AsyncIterator[dict[str, Any]]:
+        async with contextlib.aclosing(_chain(first, events)) as all_events:
+            yield self._chunk({"role": "assistant", "content": None})
+            async for event in all_events:
+                if isinstance(event, ChatAudio):
+                    chunk = event.chunk
+                    transcript = "".join(caption.text for caption in chunk.captions)
+                    if chunk.data or transcript:
+                        audio = self._audio(b"".join(chunk.data), transcript)
+                        yield self._chunk({"audio": audio})
+                elif isinstance(event, ChatDone):
+                    summary = event.summary
+                    final = self._chunk({}, _finish(summary))
+                    final["usage"] = _usage(summary)
+                    yield final
+
+    async def audio_whole(self, first: object, events: AsyncIterator[object]) -> dict[str, Any]:
+        data: list[bytes] = []
+        summary: ChatSummary | None = None
+        async with contextlib.aclosing(_chain(first, events)) as all_events:
+            async for event in all_events:
+                if isinstance(event, ChatAudio):
+                    data.extend(event.chunk.data)
+                elif isinstance(event, ChatDone):
+                    summary = event.summary
+        assert summary is not None
+        message = {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "audio": self._audio(b"".join(data), summary.spoken_text),
+        }
+        return self._whole(message, _usage(summary), _finish(summary))
+
+    async def text_stream(self, reply: Any) -> AsyncIterator[dict[str, Any]]:
+        async with contextlib.aclosing(reply):
+            yield self._chunk({"role": "assistant", "content": ""})
+            async for delta in reply:
+                yield self._chunk({"content": delta})
+            stats = reply.stats
+            final = self._chunk({}, stats.done_reason if stats else "stop")
+            final["usage"] = _token_usage(stats)
+            yield final
+
+    async def text_whole(self, reply: Any) -> dict[str, Any]:
+        async with contextlib.aclosing(reply):
+            text = "".join([delta async for delta in reply])
+        stats = reply.stats
+        message = {"role": "assistant", "content": text, "refusal": None}
+        return self._whole(message, _token_usage(stats), stats.done_reason if stats else "stop")
+
+
+async def _chain(first: object, rest: AsyncIterator[object]) -> AsyncGenerator[object, None]:
+    try:
+        yield first
+        async for item in rest:
+            yield item
+    finally:
+        aclose = getattr(rest, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _finish(summary: ChatSummary) -> str:
+    reason = summary.llm.done_reason if summary.llm else "stop"
+    return "length" if reason == "length" else "stop"
+
+
+def _usage(summary: ChatSummary) -> dict[str, int]:
+    return _token_usage(summary.llm)
+
+
+def _token_usage(stats: Any) -> dict[str, int]:
+    prompt = int(stats.prompt_tokens) if stats else 0
+    reply = int(stats.reply_tokens) if stats else 0
+    return {"prompt_tokens": prompt, "completion_tokens": reply, "total_tokens": prompt + reply}
+
+
+__all__ = ["ChatText", "router"]
