@@ -17,7 +17,7 @@ from api.llm import LlmBridge
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 5.0
+RETRY_S = 2.0
 
 
 class Warmup:

@@ -123,11 +123,13 @@ class Child(Supervised):
         log_dir: Path,
         *,
         module: str = "api.cli",
+        cwd: Path | None = None,
     ) -> None:
         super().__init__(name)
         self.where = where
         self.args = args
         self.module = module
+        self.cwd = cwd
         self.env = env
         self.log = log_dir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -144,6 +146,7 @@ class Child(Supervised):
             self.process = subprocess.Popen(
                 [sys.executable, "-m", self.module, *self.args],
                 env=self.env,
+                cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -365,18 +368,19 @@ STANDIN_MODULE = "tests.support.ollama_standin"
 
 def _llm_standin(env: dict[str, str], port: int, log_dir: Path) -> Child:
     """The stand-in Ollama server as a child, and the fronts' LLM settings pointed at it."""
-    import importlib.util
-
-    if importlib.util.find_spec(STANDIN_MODULE) is None:
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "tests" / "support" / "ollama_standin.py").is_file():
         raise ConfigError(
-            "--llm-standin runs the tests' stand-in Ollama server (tests/support/): run "
-            "`voicelane up` from the repository root"
+            "--llm-standin runs the tests' stand-in Ollama server (tests/support/), which "
+            f"is in voicelane's repository, not in this installation ({root})"
         )
     url = f"http://127.0.0.1:{port}"
     env["OLLAMA_HOST"] = url
     env.setdefault("VOICELANE_LLM_PRELOAD", "1")
     where = f"{url} (stand-in Ollama: canned replies, no model)"
-    return Child("llm-standin", ["--port", str(port)], where, env, log_dir, module=STANDIN_MODULE)
+    return Child(
+        "llm-standin", ["--port", str(port)], where, env, log_dir, module=STANDIN_MODULE, cwd=root
+    )
 
 
 def run_stack(state_dir: Path, *, pidfile: Path | None = None, llm_standin: bool = False) -> int:

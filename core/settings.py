@@ -39,7 +39,7 @@ class BatcherSettings(BaseModel):
     ``max_wait_*`` and ``max_batch_cost`` do not apply then. Other engines ignore this."""
     realtime_solo_steps: int = Field(32, ge=0)
     """Continuous batching: while a real-time row waits for its first audio, and a step of the
-    real-time rows alone costs less than half a step of the whole batch (measured), step the
+    real-time rows alone costs less than 0.6 of a step of the whole batch (measured), step the
     real-time rows alone — at most this many steps in a row before the batch rows step again
     (0: never). Where a step's cost hardly depends on its rows (a GPU), it never applies."""
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make demo, part two: start the local stack in the background (unless it runs already),
-# submit the sample text over REST, show progress, print the download link, fetch the file.
+# submit the sample text over REST, show progress, print the download link, fetch the file;
+# stream a sentence over gRPC; end with an LLM's reply, spoken (Ollama at $OLLAMA_HOST if one
+# answers, else the tests' stand-in Ollama server, started by `voicelane up --llm-standin`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out
@@ -9,11 +11,18 @@ api=${VOICELANE_SERVER:-http://127.0.0.1:8000}
 # `voicelane up` prints its last line once every part answers (API, gRPC, a real-time worker).
 ready() { grep -q "Ctrl-C stops everything" out/stack.log 2>/dev/null; }
 
+ollama=${OLLAMA_HOST:-http://127.0.0.1:11434}
+llm_args=(--llm-standin)
+if curl -sf --max-time 2 "$ollama/api/version" >/dev/null 2>&1; then
+    llm_args=()  # a real Ollama answers: the fronts use it (VOICELANE_LLM_MODEL picks the model)
+fi
+
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "stack already running (pid $(cat "$pidfile"))"
 else
-    echo "starting the stack (redis, gpu worker, cpu worker, api, grpc, flower); log: out/stack.log"
-    nohup .venv/bin/voicelane up --state-dir .voicelane --pidfile "$pidfile" >out/stack.log 2>&1 &
+    echo "starting the stack (redis, gpu worker, cpu worker, api, grpc, flower, LLM: ${llm_args[*]:-$ollama}); log: out/stack.log"
+    nohup .venv/bin/voicelane up --state-dir .voicelane --pidfile "$pidfile" "${llm_args[@]}" \
+        >out/stack.log 2>&1 &
     for _ in $(seq 1 450); do
         if ready; then break; fi
         if ! kill -0 $! 2>/dev/null; then echo "the stack failed to start:"; tail -20 out/stack.log; exit 1; fi
@@ -33,6 +42,10 @@ echo
 echo "== real-time lane: one sentence streamed through the gRPC front"
 .venv/bin/voicelane say "Hello from the real-time lane of voicelane. 你好！" \
     --server "${VOICELANE_GRPC:-127.0.0.1:50051}" -o out/stream.wav
+echo
+echo "== LLM lane: a question to the LLM, its reply spoken while it is written (gRPC Chat)"
+.venv/bin/voicelane chat "What should I pack for a weekend in the mountains?" \
+    --server "${VOICELANE_GRPC:-127.0.0.1:50051}" -o out/chat.wav
 echo
 echo "The stack keeps running: API $api/docs (key demo-key), gRPC ${VOICELANE_GRPC:-127.0.0.1:50051},"
 echo "Flower http://127.0.0.1:5555 (admin:admin)."

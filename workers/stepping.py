@@ -23,7 +23,7 @@ Rules (``docs/batcher.md``, "Continuous batching"):
   resumed when room frees. That is how a real-time row gets into a batch full of batch-lane
   rows: at the very next step, at the price of the youngest batch row waiting.
 * Solo steps for first audio: while a real-time row has not produced audio yet, and a step of
-  the real-time rows alone has been measured to cost less than half a step of the whole
+  the real-time rows alone has been measured to cost less than 0.6 of a step of the whole
   running batch (a CPU, where a step's cost grows with its rows), the loop steps the
   real-time rows alone, at most ``realtime_solo_steps`` times in a row before the batch rows
   step again. Where a step costs about the same whatever its rows (a GPU), it never does.
@@ -100,7 +100,7 @@ class StepCosts:
     steps pay."""
 
     KEPT = 15
-    SOLO_SHARE = 0.5
+    SOLO_SHARE = 0.6
     """Solo steps pay when they cost less than this share of a full step."""
     REPROBE_AFTER_STEPS = 512
     """When solo steps did not pay, measure them again after this many full steps."""
@@ -153,6 +153,9 @@ class StepLoop:
         self._rows: dict[int, _Item] = {}
         """Handle → item, for every row in the session, in admission order."""
         self._handles = itertools.count(1)
+        self._fresh: set[int] = set()
+        """Rows admitted and not stepped yet: their first step prefills them, and such a step
+        is not a fair sample of what a step costs."""
 
     # ------------------------------------------------------------------ the loop
 
@@ -256,6 +259,7 @@ class StepLoop:
             item.fail(typed_engine_error(self._engine.name, error))
             return
         self._rows[handle] = item
+        self._fresh.add(handle)
         with b._lock:
             b._metrics.observe_admission(item, b.clock())
 
@@ -301,7 +305,11 @@ class StepLoop:
                 self._on_failure(handles, error)
             return
         elapsed = self._add_busy(started)
-        if any(self._rows[h].priority is Priority.BATCH for h in handles):
+        prefilled = not self._fresh.isdisjoint(handles)
+        self._fresh.difference_update(handles)
+        if prefilled:
+            pass  # a prefill step: not a sample of either cost
+        elif any(self._rows[h].priority is Priority.BATCH for h in handles):
             self._costs.observe_full(elapsed)
         elif self._solo_run:
             self._costs.observe_solo(elapsed)
@@ -353,6 +361,7 @@ class StepLoop:
     def _evict(self, handle: int) -> _Item:
         """Take a row out of the session (its memory is released now)."""
         self._session.remove(handle)
+        self._fresh.discard(handle)
         return self._rows.pop(handle)
 
     # ------------------------------------------------------------------ failures

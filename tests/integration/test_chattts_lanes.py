@@ -17,6 +17,7 @@ from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
 from tests.integration.test_batch_lane import wait_final
 from tests.support.chattts_checkpoint import build_checkpoint
+from tests.support.ollama_standin import OllamaStandin, StandinConfig
 from tests.support.stack import ACME_KEY, Stack
 from tests.unit.workers.engines.conftest import require_chattts_extra
 
@@ -24,7 +25,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def chattts_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def standin() -> Iterator[OllamaStandin]:
+    with OllamaStandin(StandinConfig(tokens_per_s=0)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chattts_lane(
+    tmp_path_factory: pytest.TempPathFactory, standin: OllamaStandin
+) -> Iterator[Stack]:
     require_chattts_extra()
     directory = tmp_path_factory.mktemp("chattts-lane")
     checkpoint = build_checkpoint(directory / "tiny")
@@ -33,6 +42,8 @@ def chattts_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         directory / "lane",
         redis_server.url,
         env_overrides={
+            "OLLAMA_HOST": standin.url,
+            "VOICELANE_LLM_MODEL": "qwen2.5:7b",
             "VOICELANE_ENGINE": "chattts",
             "VOICELANE_CHATTTS_DIR": str(checkpoint.directory),
             "VOICELANE_REALTIME__LOOKAHEAD_S": "1000",
@@ -82,3 +93,29 @@ def test_a_realtime_stream_speaks_with_chattts(chattts_lane: Stack) -> None:
     assert packets  # random weights stop early at random; any audio proves the path
     assert len(OpusStreamDecoder(24000).decode_all(packets)) == 480 * len(packets)
     assert chunks[-1].pts_ms == 20 * len(packets)
+
+
+def test_a_chat_reply_is_spoken_by_chattts(chattts_lane: Stack, standin: OllamaStandin) -> None:
+    """The LLM lane on the GPU engine: the reply's text, its spoken captions, its audio."""
+
+    async def go() -> list[pb.ChatResponse]:
+        async with grpc.aio.insecure_channel(chattts_lane.grpc_target) as channel:
+            stub = pb_grpc.SpeechStub(channel)
+            request = pb.ChatRequest(
+                messages=[pb.ChatMessage(role="user", content="Say hello.")], voice="seed:1"
+            )
+            metadata = (("authorization", f"Bearer {ACME_KEY}"),)
+            return [r async for r in stub.Chat(request, metadata=metadata, timeout=180)]
+
+    responses = asyncio.run(go())
+    text = "".join(r.text_delta for r in responses if r.WhichOneof("event") == "text_delta")
+    assert text and responses[-1].WhichOneof("event") == "stats"
+    chunks = [r.audio for r in responses if r.WhichOneof("event") == "audio"]
+    assert chunks[-1].final
+    packets = [p for c in chunks for p in c.opus_packets]
+    assert packets
+    assert len(OpusStreamDecoder(24000).decode_all(packets)) == 480 * len(packets)
+    spoken = "".join(c.text for chunk in chunks for c in chunk.captions)
+    assert spoken.replace(" ", "") == responses[-1].stats.spoken_text.replace(" ", "")
+    body = next(r.body for r in reversed(standin.requests) if r.body and r.body.get("messages"))
+    assert body["options"]["num_ctx"] == 2048

@@ -269,6 +269,26 @@ class ChatTTSEngine(Engine):
         # frame (and so its locals) until the cycle collector runs: keep the model out of it.
         chattts = _import_chattts()
         self._loaded = self._load(chattts)
+        self._warm_up(self._loaded)
+
+    def _warm_up(self, loaded: _Loaded) -> None:
+        """What the first utterance of a process would otherwise pay, paid at load: the text
+        normaliser's numba compilation (~3 s on a CPU) and the first pass through the GPT,
+        decoder and vocoder. The batcher's readiness (``start``) waits for it."""
+        row = Row(
+            prompt=decorate_prompt(self._normalize(loaded, "Hello. 你好。"), 5, True),
+            speaker=self._speaker(loaded, self._parser.resolve_voice("auto")),
+            seed=0,
+            min_new_tokens=2,
+            max_new_tokens=2,
+        )
+        sampling = Sampling(
+            temperature=self.settings.temperature,
+            top_p=self.settings.top_p,
+            top_k=self.settings.top_k,
+            repetition_penalty=self.settings.repetition_penalty,
+        )
+        self._guarded(lambda: _render_whole(loaded.model, [row], sampling))
 
     def _load(self, chattts: Any) -> _Loaded:
         settings = self.settings

@@ -249,6 +249,8 @@ class ChatTTSSteps(StepSession):
         self._processors: dict[Sampling, list[Processor]] = {}
         self._reserved = 0
         self.steps_done = 0
+        self._pending: list[_Finished] = []
+        """Whole rows that ended, waiting for their decode (see :meth:`_decode_finished`)."""
         self.record_tokens = False
         """Tests: keep each finished row's tokens in :attr:`finished_tokens`."""
         self.finished_tokens: dict[int, torch.Tensor] = {}
@@ -257,7 +259,8 @@ class ChatTTSSteps(StepSession):
 
     @property
     def handles(self) -> list[int]:
-        return list(self._rows)
+        """Running rows, then whole rows that ended and wait for their decode."""
+        return [*self._rows, *(finished.handle for finished in self._pending)]
 
     def progress(self, handle: int) -> tuple[int, int, int]:
         """A row's (prompt tokens prefilled, prompt tokens, audio tokens): for tests and
@@ -277,6 +280,11 @@ class ChatTTSSteps(StepSession):
         self._reserved += state.reserved_tokens
 
     def remove(self, handle: int) -> None:
+        self._pending = [finished for finished in self._pending if finished.handle != handle]
+        self._release(handle)
+
+    def _release(self, handle: int) -> None:
+        """Drop a running row's state and give its KV blocks back."""
         state = self._rows.pop(handle, None)
         if state is None:
             return
@@ -287,19 +295,20 @@ class ChatTTSSteps(StepSession):
             self.kv.reset()
 
     def close(self) -> None:
-        for handle in list(self._rows):
+        for handle in self.handles:
             self.remove(handle)
 
     # ---- one step -------------------------------------------------------------------------
 
     def step(self, handles: Sequence[int]) -> list[StepEvent]:
         states = [self._rows[h] for h in handles if h in self._rows]
-        if not states:
+        if not states and not self._pending:
             return []
         return self._guard(lambda: self._step(states))
 
     @torch.inference_mode()
     def _step(self, states: list[_RowState]) -> list[StepEvent]:
+        decoded, done = self._decode_finished(states)
         decoding = [state for state in states if state.decoding]
         prefill = self._prefill(states)
         sampled = [*prefill.completed]
@@ -308,10 +317,31 @@ class ChatTTSSteps(StepSession):
             sampled.extend(_Sampled(s, hidden[i]) for i, s in enumerate(decoding))
         if sampled:
             self._sample(sampled)
-        events = self._audio(sampled)
+        events = [*decoded, *self._audio(sampled)]
+        self._pending = [finished for finished in self._pending if finished not in done]
         self._commit(prefill, sampled)
-        self.steps_done += 1
+        if states:
+            self.steps_done += 1
         return events
+
+    def _decode_finished(self, states: list[_RowState]) -> tuple[list[StepEvent], list[_Finished]]:
+        """The audio of whole rows that ended: the oldest one's, with every other of the same
+        length (one batched decode) — one length per step, so a step never stalls on several
+        whole-utterance decodes, and none while a streamed row of this step waits for its
+        first audio (a live voice's first chunk goes first; the finished rows' callers only
+        want the whole file)."""
+        if not self._pending or any(s.stream and s.emitted == 0 for s in states):
+            return [], []
+        length = self._pending[0].length
+        group = [finished for finished in self._pending if finished.length == length]
+        if length == 0:
+            return [StepEvent(finished.handle, _EMPTY, True) for finished in group], group
+        audio = decode(self.model, torch.stack([finished.hiddens for finished in group]))
+        events = [
+            StepEvent(finished.handle, np.ascontiguousarray(samples, dtype=np.float32), True)
+            for finished, samples in zip(group, audio, strict=True)
+        ]
+        return events, group
 
     # ---- prefill --------------------------------------------------------------------------
 
@@ -500,13 +530,16 @@ class ChatTTSSteps(StepSession):
                 windows.append((state, *window, handle in finished))
         audio = self._decode_windows(windows)
         return [
-            StepEvent(handle, audio.get(handle, _EMPTY), handle in finished) for handle in lengths
+            StepEvent(handle, audio.get(handle, _EMPTY), handle in finished)
+            for handle in lengths
+            if self._rows[handle].stream
         ]
 
     def _due_window(self, state: _RowState, length: int, finished: bool) -> tuple[int, int] | None:
-        """Steps ``[start, end)`` of this row to send now, or None."""
+        """Steps ``[start, end)`` of this streamed row to send now, or None (whole rows are
+        decoded once they ended: :meth:`_decode_finished`)."""
         if not state.stream:
-            return (0, length) if finished and length > 0 else None
+            return None
         start = state.emitted
         if finished:
             return (start, length) if length > start else None
@@ -563,10 +596,22 @@ class ChatTTSSteps(StepSession):
                 if window is not None:
                     state.emitted = window[1]
         for handle in ended:
+            state = self._rows[handle]
             if self.record_tokens:
-                state = self._rows[handle]
                 self.finished_tokens[handle] = _buffer(state.tokens)[: state.steps].clone()
-            self.remove(handle)
+            if not state.stream:
+                hiddens = _buffer(state.hiddens)[: state.steps]
+                self._pending.append(_Finished(handle, state.steps, hiddens))
+            self._release(handle)
+
+
+@dataclass(eq=False, slots=True)
+class _Finished:
+    """A whole row that ended: its hidden states, until they are decoded."""
+
+    handle: int
+    length: int
+    hiddens: torch.Tensor
 
 
 @dataclass(slots=True)

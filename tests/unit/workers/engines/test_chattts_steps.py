@@ -174,8 +174,9 @@ def test_rows_leave_at_their_own_ends_and_memory_follows_their_lengths(
                 assert prefilled == prompt > 0
                 blocks += math.ceil((prompt + steps - 1) / block)
             assert session.kv.blocks_used == blocks
-    # Each row ended at its own step (one prefill step, then one token per step).
-    assert finished_at == {1: 19, 2: 59, 3: 99}
+    # Each row ended at its own step (one prefill step, then one token per step: 19, 59, 99);
+    # its blocks went back then, and its whole audio was decoded at the next step.
+    assert finished_at == {1: 20, 2: 60, 3: 100}
     assert session.kv.blocks_used == 0 and session.kv.blocks_total == 0
 
 
@@ -291,3 +292,23 @@ def test_the_kv_budget_admits_rows_while_their_reservations_fit(
         assert session.fits(row)
     finally:
         engine.unload()
+
+
+def test_a_finished_rows_decode_waits_while_a_stream_waits_for_its_first_audio(
+    engine: ChatTTSEngine,
+) -> None:
+    """A whole row that ends while a live stream is still before its first chunk is decoded
+    after that chunk: the live voice's first audio does not wait for a whole utterance."""
+    session = session_of(engine)
+    session.admit(1, Utterance("One two.", "seed:1", seed=1, params=exact(10)), stream=False)
+    session.admit(2, Utterance("Streaming now.", "seed:2", seed=2, params=exact(60)), stream=True)
+    events: list[tuple[int, int, bool, int]] = []
+    for step in range(40):
+        for event in session.step(session.handles):
+            events.append((step, event.handle, event.finished, event.audio.size))
+    whole = [(step, size) for step, handle, finished, size in events if handle == 1 and finished]
+    first_chunk = min(step for step, handle, _f, size in events if handle == 2 and size)
+    # Row 1 ended at step 9; row 2's first chunk is due after its 24th token (step 23).
+    assert first_chunk == 23
+    assert whole == [(24, 10 * 512 - 256)]
+    assert 1 not in session.handles

@@ -1,0 +1,301 @@
+"""Benchmark: an LLM's reply spoken while it is written (gRPC ``Chat``), against speaking its
+first fragment alone, in the same run.
+
+Real processes: redis-server, ``--workers`` GPU workers (espeak), one ``voicelane grpc`` front
+per LLM speed, each pointed at its own stand-in Ollama server
+(``python -m tests.support.ollama_standin``, a process: the load generator does not share its
+CPU) emitting the reply at each of ``--rates`` tokens per second (50, 15 and 3: the stand-in's
+tokens are ~3.6 characters, so 15 tokens/s is ~54 characters/s, still faster than speech at
+~14 characters/s; 3 tokens/s is slower than speech, where gaps show). Tenant quotas and the
+LLM's generation cap are raised so that only the machine limits.
+
+For each speed and each level of ``--levels`` (1, 16, 64), that many clients run in a closed
+loop for ``--duration-s``: ask (one user message), read the call to its end, ask again.
+Per conversation (client clocks only):
+
+* **first token → first audio**: the first ``text_delta`` to the first audio packet;
+* of which **fragment wait**: the first token to the text delta that completes the first
+  speakable fragment (found with the server's own cutter, :class:`core.speakable
+  .SpeakableStream`, fed the deltas as they arrive) — the LLM's time, not ours;
+* **fragment → first audio**: the rest, the synthesis of that fragment through the lane;
+* **underruns**: a 150 ms playback buffer started at the first audio: audio with presentation
+  time ``pts`` arriving at ``t`` is late when ``t > t0 + pts + 150 ms``; "gap" is the largest
+  ``t - (t0 + pts)`` (how long a player would have waited);
+* failures by status.
+
+Baseline, same run, same level: gRPC ``Synthesize`` of the first fragment's text alone
+(``Good question.``, paced live), its time to first audio. Targets (PASS/FAIL), at the first
+rate: first token → first audio p50 <= the baseline p50 + 15 ms (as the issue states it: the
+LLM's own time to write the fragment is inside it); fragment complete → first audio p50 <= the
+same (our part); no underrun after the audio starts.
+
+Run: ``.venv/bin/python -m bench.llm [--workers 2] [--levels 1,16,64] [--duration-s 20]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import grpc
+import grpc.aio
+
+from core.redis_server import RedisServer, free_port
+from core.speakable import SpeakableStream
+from core.wire import speech_pb2 as pb
+from core.wire import speech_pb2_grpc as pb_grpc
+from tests.support.stack import ACME_KEY, ROOT, Stack
+
+if TYPE_CHECKING:
+    from core.wire.speech_pb2_grpc import SpeechAsyncStub
+
+METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
+MODEL = "qwen2.5:7b"
+QUESTION = "What should I pack for a weekend in the mountains?"
+FIRST_FRAGMENT = "Good question."
+"""The first speakable fragment of the stand-in's reply to :data:`QUESTION`."""
+PLAYBACK_BUFFER_MS = 150.0
+TARGET_MARGIN_MS = 15.0
+OVERRIDES = {
+    "VOICELANE_TENANT_REQUESTS_PER_S": "100000",
+    "VOICELANE_TENANT_REQUEST_BURST": "100000",
+    "VOICELANE_TENANT_MAX_STREAMS": "100000",
+    "VOICELANE_TENANT_MAX_QUEUED_CHARS": "1000000000",
+    "VOICELANE_LLM_MODEL": MODEL,
+    "VOICELANE_LLM_MAX_PARALLEL": "1000",
+}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+@dataclass
+class Conversation:
+    first_token_s: float | None = None
+    fragment_s: float | None = None
+    first_audio_s: float | None = None
+    worst_late_ms: float = 0.0
+    failure: str | None = None
+
+    @property
+    def underran(self) -> bool:
+        return self.worst_late_ms > PLAYBACK_BUFFER_MS
+
+
+@dataclass
+class Level:
+    rate_tps: int
+    clients: int
+    chats: list[Conversation] = field(default_factory=list)
+    baseline_ms: list[float] = field(default_factory=list)
+
+    def ok(self) -> list[Conversation]:
+        return [c for c in self.chats if c.failure is None and c.first_audio_s is not None]
+
+    def ms(self, pick: str, q: float) -> float:
+        values = []
+        for chat in self.ok():
+            assert chat.first_token_s is not None and chat.first_audio_s is not None
+            start = chat.first_token_s if pick != "after_fragment" else chat.fragment_s
+            end = chat.fragment_s if pick == "fragment" else chat.first_audio_s
+            if start is not None and end is not None:
+                values.append((end - start) * 1000)
+        return percentile(values, q)
+
+
+async def one_chat(stub: SpeechAsyncStub) -> Conversation:
+    chat = Conversation()
+    cutter = SpeakableStream()
+    request = pb.ChatRequest(messages=[pb.ChatMessage(role="user", content=QUESTION)])
+    t0: float | None = None
+    try:
+        async for response in stub.Chat(request, metadata=METADATA, timeout=120):
+            now = time.monotonic()
+            kind = response.WhichOneof("event")
+            if kind == "text_delta":
+                chat.first_token_s = chat.first_token_s or now
+                if chat.fragment_s is None and cutter.feed(response.text_delta).flush:
+                    chat.fragment_s = now
+            elif kind == "audio" and response.audio.opus_packets:
+                audio = response.audio
+                if t0 is None:
+                    t0 = chat.first_audio_s = now
+                for index in range(len(audio.opus_packets)):
+                    late_ms = (now - t0) * 1000 - (audio.pts_ms + 20 * index)
+                    chat.worst_late_ms = max(chat.worst_late_ms, late_ms)
+    except grpc.aio.AioRpcError as error:
+        chat.failure = error.code().name
+    return chat
+
+
+async def closed_loop(target: str, level: Level, duration_s: float) -> None:
+    """``level.clients`` clients asking again and again for ``duration_s``; then the same
+    number of clients speaking the first fragment alone, for a third of that."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
+        await one_chat(stub)  # warm-up
+        end = time.monotonic() + duration_s
+
+        async def chatter() -> None:
+            while time.monotonic() < end:
+                level.chats.append(await one_chat(stub))
+
+        await asyncio.gather(*(chatter() for _ in range(level.clients)))
+        end = time.monotonic() + duration_s / 3
+
+        async def speaker() -> None:
+            while time.monotonic() < end:
+                first = await first_audio_ms(stub)
+                if first is not None:
+                    level.baseline_ms.append(first)
+
+        await asyncio.gather(*(speaker() for _ in range(level.clients)))
+
+
+async def first_audio_ms(stub: SpeechAsyncStub) -> float | None:
+    started = time.monotonic()
+    first: float | None = None
+    try:
+        async for chunk in stub.Synthesize(
+            pb.SynthesizeRequest(text=FIRST_FRAGMENT), metadata=METADATA, timeout=60
+        ):
+            if chunk.opus_packets and first is None:
+                first = (time.monotonic() - started) * 1000
+    except grpc.aio.AioRpcError:
+        return None
+    return first
+
+
+def start_standin(port: int, tokens_per_s: int, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.ollama_standin", "--port", str(port),
+             "--tokens-per-s", str(tokens_per_s)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return process
+
+
+def print_table(levels: list[Level]) -> None:
+    print(
+        "| LLM tokens/s | conversations | chats | first token → first audio p50 / p99 ms "
+        "| of which fragment wait p50 | fragment → first audio p50 / p99 ms "
+        "| Synthesize(first fragment) TTFA p50 ms | underran | worst gap ms | failures |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for level in levels:
+        ok = level.ok()
+        failures = Counter(c.failure for c in level.chats if c.failure)
+        worst = max((c.worst_late_ms for c in ok), default=math.nan)
+        print(
+            f"| {level.rate_tps} | {level.clients} | {len(level.chats)} "
+            f"| {level.ms('all', 0.5):.0f} / {level.ms('all', 0.99):.0f} "
+            f"| {level.ms('fragment', 0.5):.0f} "
+            f"| {level.ms('after_fragment', 0.5):.0f} / {level.ms('after_fragment', 0.99):.0f} "
+            f"| {percentile(level.baseline_ms, 0.5):.0f} "
+            f"| {sum(c.underran for c in ok)} / {len(ok)} | {worst:.0f} "
+            f"| {dict(failures) or '-'} |"
+        )
+
+
+def _verdict(passed: bool) -> str:
+    return "PASS" if passed else "FAIL"
+
+
+def print_targets(levels: list[Level], fast_tps: int) -> None:
+    for level in levels:
+        if level.rate_tps != fast_tps:
+            continue
+        baseline = percentile(level.baseline_ms, 0.5)
+        first = level.ms("all", 0.5)
+        ours = level.ms("after_fragment", 0.5)
+        print(
+            f"- {_verdict(first <= baseline + TARGET_MARGIN_MS)}: {level.clients} conversations "
+            f"at {fast_tps} tokens/s: first token → first audio p50 {first:.0f} ms vs the first "
+            f"fragment synthesised alone {baseline:.0f} ms + {TARGET_MARGIN_MS:.0f} ms (the LLM "
+            f"writes the fragment in {level.ms('fragment', 0.5):.0f} ms of it)"
+        )
+        print(
+            f"- {_verdict(ours <= baseline + TARGET_MARGIN_MS)}: {level.clients} conversations "
+            f"at {fast_tps} tokens/s: fragment complete → first audio p50 {ours:.0f} ms vs "
+            f"{baseline:.0f} ms + {TARGET_MARGIN_MS:.0f} ms"
+        )
+        underran = sum(c.underran for c in level.ok())
+        print(
+            f"- {'PASS' if underran == 0 else 'FAIL'}: {level.clients} conversations at "
+            f"{fast_tps} tokens/s: {underran} replies underran after their audio started"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--levels", default="1,16,64")
+    parser.add_argument("--duration-s", type=float, default=20.0)
+    parser.add_argument(
+        "--rates", default="50,15,3", help="stand-in tokens/s; the first is the target's"
+    )
+    args = parser.parse_args()
+    rates = [int(rate) for rate in args.rates.split(",")]
+    levels_wanted = [int(n) for n in args.levels.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
+        directory = Path(tmp)
+        redis_server = RedisServer(directory / "redis").start()
+        lane = Stack(directory / "lane", redis_server.url, env_overrides=dict(OVERRIDES))
+        standins: list[subprocess.Popen[bytes]] = []
+        fronts: dict[int, str] = {}
+        try:
+            for index in range(args.workers):
+                lane.gpu_worker(name=f"gpu{index}")
+            lane.wait_realtime_workers(count=args.workers)
+            for rate in rates:
+                port = free_port()
+                standins.append(start_standin(port, rate, directory / f"standin-{rate}.log"))
+                front = Stack(lane.directory / f"front-{rate}", redis_server.url, env_overrides={
+                    **OVERRIDES, "OLLAMA_HOST": f"http://127.0.0.1:{port}",
+                    "VOICELANE_LLM_PRELOAD": "1",
+                })  # fmt: skip
+                front.grpc()
+                lane.procs.extend(front.procs)
+                fronts[rate] = front.grpc_target
+            print(
+                f"## bench.llm: {args.workers} GPU workers (espeak), stand-in Ollama at "
+                f"{', '.join(map(str, rates))} tokens/s, {os.cpu_count()} CPU cores, "
+                f"{args.duration_s:g} s per level\n"
+            )
+            levels: list[Level] = []
+            for rate in rates:
+                for clients in levels_wanted:
+                    level = Level(rate, clients)
+                    asyncio.run(closed_loop(fronts[rate], level, args.duration_s))
+                    levels.append(level)
+                    print(f"- done: {rate} tokens/s, {clients} conversations", flush=True)
+            print()
+            print_table(levels)
+            print()
+            print_targets(levels, rates[0])
+        finally:
+            lane.stop()
+            for process in standins:
+                process.terminate()
+                process.wait(10)
+            redis_server.stop()
+
+
+if __name__ == "__main__":
+    main()
