@@ -318,7 +318,8 @@ class _Metrics:
         self.batches += 1
         self.items += len(items)
         self.batch_sizes[len(items)] = self.batch_sizes.get(len(items), 0) + 1
-        top = min(item.priority for item in items)
+        realtime = any(item.priority is Priority.REALTIME for item in items)
+        top = Priority.REALTIME if realtime else Priority.BATCH
         metrics.BATCH_SIZE.labels(top.name.lower()).observe(len(items))
         for item in items:
             self.observe_wait(item, started_at)

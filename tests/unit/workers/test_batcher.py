@@ -169,6 +169,29 @@ def test_realtime_items_first_then_topped_up_with_batch_items(
     assert not b3.done()
 
 
+def test_a_batch_with_a_realtime_item_counts_as_realtime_in_the_metrics(
+    batcher: Batcher, engine: RecordingEngine, clock: FakeClock
+) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(cls: str) -> float:
+        return REGISTRY.get_sample_value("voicelane_batch_size_count", {"class": cls}) or 0.0
+
+    held = busy(batcher, engine, clock)
+    before = count("realtime"), count("batch")
+    mixed = [batcher.submit(u("b1")), batcher.submit(u("r1"), priority=Priority.REALTIME)]
+    engine.release()
+    held.result(T)
+    clock.advance(1.0)  # past the real-time max_wait: the batch of two starts
+    batcher.wake()
+    for future in mixed:
+        future.result(T)
+    assert texts(engine.batches[1]) == ["r1", "b1"]
+    # The held batch was batch-class; the mixed one counts as real-time (not "batch", which
+    # sorts first as a string).
+    assert (count("realtime"), count("batch")) == (before[0] + 1, before[1])
+
+
 def test_only_items_with_the_same_batch_key_share_a_batch(
     batcher: Batcher, engine: RecordingEngine, clock: FakeClock
 ) -> None:
