@@ -6,20 +6,19 @@ with a deadline, never a sleep."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ParamSpec
 
 import httpx
 import ollama
 import pytest
 
+from tests.support.aio import async_test_with
 from tests.support.ollama_standin import (
     BUSY_ERROR,
     DEFAULT_MODELS,
@@ -30,19 +29,14 @@ from tests.support.ollama_standin import (
     tokenize,
 )
 
-P = ParamSpec("P")
 TEST_TIMEOUT_S = 30.0
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = DEFAULT_MODELS[0]
 HELLO = [{"role": "user", "content": "Tell me about the weather in Paris."}]
 
 
-def async_test(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), TEST_TIMEOUT_S))
-
-    return run
+async_test = async_test_with(TEST_TIMEOUT_S)
+"""Run the coroutine test in a fresh event loop, failing it after TEST_TIMEOUT_S."""
 
 
 @pytest.fixture

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, ParamSpec
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -36,6 +35,7 @@ from core.errors import (
     grpc_status_name,
     http_status,
 )
+from tests.support.aio import async_test_with
 from tests.support.ollama_standin import (
     DEFAULT_MODELS,
     OllamaStandin,
@@ -44,18 +44,13 @@ from tests.support.ollama_standin import (
     tokenize,
 )
 
-P = ParamSpec("P")
 TEST_TIMEOUT_S = 30.0
 MODEL = DEFAULT_MODELS[1]
 QUESTION = [ChatTurn("user", "What is the capital of France?")]
 
 
-def async_test(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), TEST_TIMEOUT_S))
-
-    return run
+async_test = async_test_with(TEST_TIMEOUT_S)
+"""Run the coroutine test in a fresh event loop, failing it after TEST_TIMEOUT_S."""
 
 
 @pytest.fixture

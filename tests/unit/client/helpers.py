@@ -9,10 +9,7 @@ never on sleeps; no assertion is on a duration measured by a clock.
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import Callable, Coroutine
-from typing import Any, ParamSpec
+from typing import Any
 
 import numpy as np
 
@@ -20,22 +17,16 @@ from client import RetryPolicy, SpeechClient
 from core.audio.opus import OpusStreamDecoder, codec_delay_samples
 from core.audio.pcm import PcmF32
 from core.wire import speech_pb2 as pb
+from tests.support.aio import async_test_with
 from tests.support.fake_speech_server import API_KEY, FakeSpeechServer, Rendered
 
-P = ParamSpec("P")
 TEST_TIMEOUT_S = 20.0
 FAST = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.005, jitter=0.0)
 TEXT = "The quick brown fox jumps over the lazy dog."  # 44 chars: 0.44 s at 24 kHz
 
 
-def async_test(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    """Run the coroutine test in a fresh event loop, failing it after TEST_TIMEOUT_S."""
-
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> None:
-        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), TEST_TIMEOUT_S))
-
-    return run
+async_test = async_test_with(TEST_TIMEOUT_S)
+"""Run the coroutine test in a fresh event loop, failing it after TEST_TIMEOUT_S."""
 
 
 def new_client(target: str, *, api_key: str = API_KEY, **options: Any) -> SpeechClient:
