@@ -3,7 +3,8 @@
 A running stack (a render worker, a CPU worker, the gRPC front, the REST API and Flower, each
 with its metrics endpoint) is scraped every second by Debian's ``prometheus`` through a
 file-SD target list like the one ``voicelane up`` writes, with the alert rules loaded. While a
-job, gRPC and WebSocket streams, an OpenAI speech request and a refused call run, every PromQL
+job, gRPC and WebSocket streams, a spoken chat (against the stand-in Ollama server), an OpenAI
+speech request and a refused call run, every PromQL
 expression of ``deploy/grafana/dashboards/voicelane.json`` and the query part of every rule
 in ``deploy/prometheus/alerts.yml`` must return data.
 """
@@ -30,6 +31,7 @@ from api.stack import _target, _write_targets
 from core.redis_server import RedisServer, free_port
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
+from tests.support.ollama_standin import OllamaStandin, StandinConfig
 from tests.support.stack import ACME_KEY, ROOT, Stack, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -73,10 +75,15 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
     binary = prometheus_binary()
     directory = tmp_path_factory.mktemp("prometheus")
     redis_server = RedisServer(directory / "redis").start()
+    standin = OllamaStandin(StandinConfig(tokens_per_s=0)).start()
     stack = Stack(
         directory / "stack",
         redis_server.url,
-        env_overrides={"VOICELANE_METRICS_TOKEN": METRICS_TOKEN},
+        env_overrides={
+            "VOICELANE_METRICS_TOKEN": METRICS_TOKEN,
+            "OLLAMA_HOST": standin.url,
+            "VOICELANE_LLM_MODEL": "qwen2.5:7b",
+        },
     )
     process: subprocess.Popen[bytes] | None = None
     try:
@@ -138,6 +145,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
             process.wait(10)
         stack.stop()
         redis_server.stop()
+        standin.stop()
 
 
 def query(url: str, promql: str) -> list[dict[str, Any]]:
@@ -149,9 +157,12 @@ def query(url: str, promql: str) -> list[dict[str, Any]]:
 
 
 async def traffic(stack: Stack) -> None:
-    """What a dashboard shows: a job, live streams on every front, a refused call."""
+    """What a dashboard shows: a job, live streams on every front, a chat, a refused call."""
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
         stub = pb_grpc.SpeechStub(channel)
+        chat = pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="Hello there.")])
+        async for _response in stub.Chat(chat, metadata=METADATA, timeout=60):
+            pass
         for _ in range(2):
             request = pb.SynthesizeRequest(text=TEXT)
             async for _chunk in stub.Synthesize(request, metadata=METADATA, timeout=60):
