@@ -262,14 +262,18 @@ class SpeechClient:
             messages, model=model, voice=voice, system=system,
             sample_rate_hz=sample_rate_hz, speed=speed,
         )  # fmt: skip
-        stub = self._require_pool().least_loaded().stub
-        return await chat_pcm(
-            stub,
-            request,
-            metadata=self._metadata,
-            timeout_s=timeout_s or self.default_timeout_s,
-            clock=self._clock,
-        )
+        pool = self._require_pool()
+        lease = await pool.acquire()  # a chat is a stream: it holds a slot like the others
+        try:
+            return await chat_pcm(
+                lease.slot.stub,
+                request,
+                metadata=self._metadata,
+                timeout_s=timeout_s or self.default_timeout_s,
+                clock=self._clock,
+            )
+        finally:
+            pool.release(lease)
 
     async def list_voices(self, *, timeout_s: float | None = None) -> list[VoiceInfo]:
         """The voices of the workers' engine; ``UNAVAILABLE`` is retried (idempotent)."""

@@ -119,3 +119,24 @@ async def test_a_closed_client_refuses_new_calls() -> None:
         with pytest.raises(RemoteError) as caught:
             client.synthesize(TEXT)
     assert caught.value.status == "CANCELLED"
+
+
+@async_test
+async def test_a_chat_holds_a_slot_like_any_stream() -> None:
+    async with FakeSpeechServer() as server:
+        server.hold = asyncio.Event()
+        async with new_client(server.target, channels=1, streams_per_channel=1) as client:
+            stream = asyncio.create_task(client.synthesize_pcm(TEXT))
+            await server.wait_until(lambda s: s.active_streams == 1)
+            chat = asyncio.create_task(client.chat([("user", "hello")]))
+            while client.waiting == 0:  # the chat waits for the stream's slot
+                await asyncio.sleep(0.001)
+            assert server.calls["Chat"] == 0
+            server.hold.set()
+            await stream
+            result = await chat
+            assert client.channel_loads() == (0,)
+    assert result.text == "You said: hello."
+    assert result.stats.done_reason == "stop"
+    assert result.audio.packets > 0
+    assert result.spoken_text == "You said: hello."
