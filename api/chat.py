@@ -78,6 +78,25 @@ class ChatSummary:
     trimmed_messages: int
     spoken_text: str
 
+    def fields(self) -> dict[str, str | int | float | None]:
+        """The stats every front reports, by the names of ``voicelane.v1.ChatStats``: the
+        chat's own figures, then Ollama's (when its final chunk came) — one list for gRPC and
+        the WebSocket."""
+        out: dict[str, str | int | float | None] = {
+            "time_to_first_token_ms": self.time_to_first_token_ms,
+            "time_to_first_audio_ms": self.time_to_first_audio_ms,
+            "trimmed_messages": self.trimmed_messages,
+            "spoken_text": self.spoken_text,
+        }
+        llm = self.llm
+        if llm is not None:
+            out.update(
+                model=llm.model, prompt_tokens=llm.prompt_tokens, reply_tokens=llm.reply_tokens,
+                prompt_eval_ms=llm.prompt_eval_ms, eval_ms=llm.eval_ms, total_ms=llm.total_ms,
+                load_ms=llm.load_ms, done_reason=llm.done_reason,
+            )  # fmt: skip
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class ChatDone:

@@ -71,9 +71,9 @@ class ApiState:
     rate: RequestRate
     blocking_threads: CapacityLimiter
     websockets: WebSocketGate
-    llm: LlmBridge | None = None
-    """The LLM lane's bridge (Ollama); None: chat requests answer 503."""
-    llm_warmup: Warmup | None = None
+    llm: LlmBridge
+    """The LLM lane's bridge (Ollama)."""
+    llm_warmup: Warmup
 
 
 P = ParamSpec("P")

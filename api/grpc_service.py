@@ -20,6 +20,7 @@ from typing import Any, Never, TypeAlias
 
 import grpc
 import grpc.aio
+from google.protobuf import json_format
 
 from api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatSummary, ChatText, chat
 from api.failures import service_error
@@ -74,23 +75,9 @@ def audio_chunk(chunk: StreamChunk) -> pb.AudioChunk:
 
 
 def chat_stats(summary: ChatSummary) -> pb.ChatStats:
-    llm = summary.llm
-    stats = pb.ChatStats(
-        time_to_first_token_ms=summary.time_to_first_token_ms,
-        time_to_first_audio_ms=summary.time_to_first_audio_ms or 0.0,
-        trimmed_messages=summary.trimmed_messages,
-        spoken_text=summary.spoken_text,
-    )
-    if llm is not None:
-        stats.prompt_tokens = llm.prompt_tokens
-        stats.reply_tokens = llm.reply_tokens
-        stats.prompt_eval_ms = llm.prompt_eval_ms
-        stats.eval_ms = llm.eval_ms
-        stats.total_ms = llm.total_ms
-        stats.load_ms = llm.load_ms
-        stats.done_reason = llm.done_reason
-        stats.model = llm.model
-    return stats
+    """A missing figure (no audio, no final chunk from Ollama) is the field's zero."""
+    fields = {name: value for name, value in summary.fields().items() if value is not None}
+    return json_format.ParseDict(fields, pb.ChatStats())
 
 
 def client_gone(context: Context) -> Callable[[], bool]:

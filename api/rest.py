@@ -101,7 +101,6 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        assert state.llm_warmup is not None
         state.llm_warmup.start()
         yield
         await state.llm_warmup.stop()

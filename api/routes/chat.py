@@ -36,19 +36,16 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, ChatText, chat
+from api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, chat
 from api.deps import State, Tenant
-from api.llm import ChatTurn
-from api.routes.speech import MAX_SPEECH_BODY_BYTES, OPENAI_VOICES, first_error
+from api.llm import ChatTurn, LlmReply, LlmStats
+from api.routes.speech import OPENAI_VOICES, openai_body
 from api.streams import StreamAsk
 from core.audio.stream import StreamEncoding
 from core.errors import (
     InvalidInputError,
-    MalformedRequestError,
-    TextTooLargeError,
-    UnavailableError,
     VoicelaneError,
     grpc_status_name,
 )
@@ -115,23 +112,9 @@ def _llm_model(name: str | None) -> str | None:
     return name
 
 
-def _parse(raw: bytes) -> ChatCompletionRequest:
-    if len(raw) > MAX_SPEECH_BODY_BYTES:
-        raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
-    try:
-        return ChatCompletionRequest.model_validate_json(raw)
-    except ValidationError as error:
-        if any(e.get("type") == "json_invalid" for e in error.errors()):
-            raise MalformedRequestError("malformed JSON") from None
-        message, field = first_error(error)
-        raise InvalidInputError(f"bad chat request: {message}", field=field) from None
-
-
 @router.post("/v1/chat/completions", summary="OpenAI-compatible chat, with the reply spoken")
 async def chat_completions(request: Request, state: State, tenant: Tenant) -> Any:
-    body = _parse(await request.body())
-    if state.llm is None:
-        raise UnavailableError("this server has no LLM configured (VOICELANE_LLM_*)")
+    body = await openai_body(request, ChatCompletionRequest, "chat")
     turns = [ChatTurn(m.role, m.text()) for m in body.messages]
     model = _llm_model(body.model)
     completion = _Completion(body.model or state.llm.settings.model)
@@ -258,7 +241,7 @@ class _Completion:
         }
         return self._whole(message, _usage(summary), _finish(summary))
 
-    async def text_stream(self, reply: Any) -> AsyncIterator[dict[str, Any]]:
+    async def text_stream(self, reply: LlmReply) -> AsyncIterator[dict[str, Any]]:
         async with contextlib.aclosing(reply):
             yield self._chunk({"role": "assistant", "content": ""})
             async for delta in reply:
@@ -268,7 +251,7 @@ class _Completion:
             final["usage"] = _token_usage(stats)
             yield final
 
-    async def text_whole(self, reply: Any) -> dict[str, Any]:
+    async def text_whole(self, reply: LlmReply) -> dict[str, Any]:
         async with contextlib.aclosing(reply):
             text = "".join([delta async for delta in reply])
         stats = reply.stats
@@ -296,10 +279,7 @@ def _usage(summary: ChatSummary) -> dict[str, int]:
     return _token_usage(summary.llm)
 
 
-def _token_usage(stats: Any) -> dict[str, int]:
+def _token_usage(stats: LlmStats | None) -> dict[str, int]:
     prompt = int(stats.prompt_tokens) if stats else 0
     reply = int(stats.reply_tokens) if stats else 0
     return {"prompt_tokens": prompt, "completion_tokens": reply, "total_tokens": prompt + reply}
-
-
-__all__ = ["ChatText", "router"]

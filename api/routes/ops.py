@@ -47,7 +47,7 @@ async def readyz(state: State) -> JSONResponse:
             problems.append(name)
             detail = " ".join(str(result).split())[:200] or type(result).__name__
             log.warning("readiness: %s: %s", name, detail)
-    if state.llm_warmup is not None and not state.llm_warmup.ready:
+    if not state.llm_warmup.ready:
         problems.append("llm")  # the LLM's warm-up (VOICELANE_LLM_PRELOAD) has not finished
     if problems:
         return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)

@@ -41,13 +41,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatSummary, ChatText, chat
+from api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatText, chat
 from api.deps import State, Tenant
 from api.failures import service_error
 from api.llm import ChatTurn
@@ -59,7 +59,6 @@ from core.errors import (
     MalformedRequestError,
     NoCapacityError,
     TextTooLargeError,
-    UnavailableError,
     VoicelaneError,
     grpc_status_name,
 )
@@ -67,6 +66,7 @@ from core.errors import (
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["speech"])
+Body = TypeVar("Body", bound=BaseModel)
 
 OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova",
                            "sage", "shimmer", "verse"})  # fmt: skip
@@ -86,6 +86,21 @@ _WS_CLOSE = {
     "DEADLINE_EXCEEDED": 1008,
     "RESOURCE_EXHAUSTED": 1013,
 }
+
+
+async def openai_body(request: Request, model: type[Body], what: str) -> Body:
+    """An OpenAI route's JSON body: over ``MAX_SPEECH_BODY_BYTES`` 413, not JSON 400, not the
+    model's shape 422 naming the first field at fault."""
+    raw = await request.body()  # bounded while it streams in (api.body_limit)
+    if len(raw) > MAX_SPEECH_BODY_BYTES:
+        raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as error:
+        if any(e.get("type") == "json_invalid" for e in error.errors()):
+            raise MalformedRequestError("malformed JSON") from None
+        message, field = first_error(error)
+        raise InvalidInputError(f"bad {what} request: {message}", field=field) from None
 
 
 def first_error(error: ValidationError) -> tuple[str, str | None]:
@@ -207,8 +222,6 @@ async def _serve_chat(
     socket: WebSocket, state: State, tenant: str, body: WebSocketRequest, ask: StreamAsk
 ) -> None:
     """A chat over the socket: text deltas, audio, stats, end (see the module docstring)."""
-    if state.llm is None:
-        raise UnavailableError("this server has no LLM configured (VOICELANE_LLM_*)")
     chat_ask = ChatAsk(
         messages=[ChatTurn(m.role, m.content) for m in body.messages or ()],
         model=body.model,
@@ -229,28 +242,11 @@ async def _serve_chat(
                 if chunk.final:
                     final = chunk
             elif isinstance(event, ChatDone):
-                await socket.send_json({"type": "stats", **_chat_stats(event.summary)})
+                stats = {"request_id": event.summary.request_id, **event.summary.fields()}
+                await socket.send_json({"type": "stats", **stats})
     if final is not None:
         await socket.send_json({"type": "end", "seq": final.seq, "pts_ms": final.pts_ms})
     await socket.close(1000)
-
-
-def _chat_stats(summary: ChatSummary) -> dict[str, Any]:
-    llm = summary.llm
-    stats: dict[str, Any] = {
-        "request_id": summary.request_id,
-        "time_to_first_token_ms": summary.time_to_first_token_ms,
-        "time_to_first_audio_ms": summary.time_to_first_audio_ms,
-        "trimmed_messages": summary.trimmed_messages,
-        "spoken_text": summary.spoken_text,
-    }
-    if llm is not None:
-        stats.update(
-            model=llm.model, prompt_tokens=llm.prompt_tokens, reply_tokens=llm.reply_tokens,
-            prompt_eval_ms=llm.prompt_eval_ms, eval_ms=llm.eval_ms, total_ms=llm.total_ms,
-            load_ms=llm.load_ms, done_reason=llm.done_reason,
-        )  # fmt: skip
-    return stats
 
 
 async def _first_message(socket: WebSocket) -> str:
@@ -328,16 +324,7 @@ class SpeechRequest(BaseModel):
     response_class=StreamingResponse,
 )
 async def openai_speech(request: Request, state: State, tenant: Tenant) -> StreamingResponse:
-    raw = await request.body()  # bounded while it streams in (api.body_limit)
-    if len(raw) > MAX_SPEECH_BODY_BYTES:
-        raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
-    try:
-        body = SpeechRequest.model_validate_json(raw)
-    except ValidationError as error:
-        if any(e.get("type") == "json_invalid" for e in error.errors()):
-            raise MalformedRequestError("malformed JSON") from None
-        message, field = first_error(error)
-        raise InvalidInputError(f"bad speech request: {message}", field=field) from None
+    body = await openai_body(request, SpeechRequest, "speech")
     encoding = OPENAI_FORMATS.get(body.response_format.lower())
     if encoding is None:
         raise InvalidInputError(
