@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:  # `python bench/chattts.py`: the checkpoint build
     sys.path.insert(0, str(ROOT))
 
 from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
+from bench.tables import header  # noqa: E402
 from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import (  # noqa: E402
     FULL,
@@ -112,12 +113,6 @@ def texts(batch: int) -> list[str]:
 
 def engine_for(directory: Path, **overrides: Any) -> ChatTTSEngine:
     return ChatTTSEngine(ChatTTSSettings(dir=directory, **overrides))
-
-
-def header(*columns: str) -> None:
-    """A Markdown table header; the first column left-aligned, the others right-aligned."""
-    print("| " + " | ".join(columns) + " |")
-    print("|---|" + "---:|" * (len(columns) - 1))
 
 
 def median_s(run: Callable[[], object], repeat: int) -> float:

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from bench.tables import header
 from core.settings import BatcherSettings
 from workers.batcher import Batcher, Priority
 from workers.engines import Utterance
@@ -63,11 +64,6 @@ class Scale:
 
 def exact(steps: int) -> tuple[tuple[str, float | int | str], ...]:
     return (("max_new_tokens", steps), ("min_new_tokens", steps))
-
-
-def header(*columns: str) -> None:
-    print("| " + " | ".join(columns) + " |")
-    print("|---|" + "---:|" * (len(columns) - 1))
 
 
 def batch_item(rng: random.Random, scale: Scale, index: int) -> Utterance:

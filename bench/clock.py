@@ -42,6 +42,7 @@ import grpc.aio
 
 from api.grpc_service import SpeechService
 from api.streams import StreamGateway
+from bench.tables import percentile
 from client.clock import (
     WIRE_MS_RESOLUTION_MS,
     ClockEstimate,
@@ -155,11 +156,6 @@ async def simulated_echo(stub: pb_grpc.SpeechAsyncStub, delay_ms: float) -> Cloc
 
 
 # ---- report ----------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def fmt(ms: float) -> str:

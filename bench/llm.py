@@ -43,7 +43,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +50,7 @@ from typing import TYPE_CHECKING
 import grpc
 import grpc.aio
 
+from bench.tables import percentile
 from core.redis_server import RedisServer, free_port
 from core.speakable import SpeakableStream
 from core.wire import speech_pb2 as pb
@@ -75,13 +75,6 @@ OVERRIDES = {
     "VOICELANE_LLM_MODEL": MODEL,
     "VOICELANE_LLM_MAX_PARALLEL": "1000",
 }
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 @dataclass

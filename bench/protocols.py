@@ -92,6 +92,7 @@ import httpx
 import websockets
 import websockets.exceptions
 
+from bench.tables import percentile
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY
@@ -153,13 +154,6 @@ def file_text(chars: int) -> str:
         size += len(sentence) + 1
         index += 1
     return " ".join(parts)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 # ---- the load generator (runs in a child process) ------------------------------------------

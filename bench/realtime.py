@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import grpc
 import redis
 
+from bench.tables import percentile
 from core.redis_server import RedisServer
 from core.wire import speech_pb2 as pb
 from core.wire import speech_pb2_grpc as pb_grpc
@@ -48,11 +49,6 @@ UNLIMITED_TENANT = {  # one tenant drives the whole benchmark: its quotas must n
     "VOICELANE_TENANT_MAX_STREAMS": "100000",
     "VOICELANE_TENANT_MAX_QUEUED_CHARS": "1000000000",
 }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def engine_time_s(repeats: int = 50) -> float:

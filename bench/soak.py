@@ -56,6 +56,7 @@ import redis
 
 from bench.jobs import texts
 from bench.render import CHINESE, ENGLISH
+from bench.tables import percentile
 from core.ledger import JobState, Ledger
 from core.redis_server import RedisServer
 from core.wire import speech_pb2 as pb
@@ -481,13 +482,6 @@ def run_phase(
 
 
 # ---- report ----------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def mib(kib: int) -> str:

@@ -55,6 +55,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
+from bench.tables import header  # noqa: E402
 from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import FULL, TINY, build_checkpoint  # noqa: E402
 from workers.batcher import Batcher, Priority  # noqa: E402
@@ -109,11 +110,6 @@ def exact(steps: int) -> tuple[tuple[str, float | int | str], ...]:
 
 def texts(count: int) -> list[str]:
     return [TEXTS[i % len(TEXTS)] for i in range(count)]
-
-
-def header(*columns: str) -> None:
-    print("| " + " | ".join(columns) + " |")
-    print("|---|" + "---:|" * (len(columns) - 1))
 
 
 def mib(value: float) -> str:
