@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,3 +31,20 @@ def chattts_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Checkpoint:
     require_chattts_extra()
     directory: Path = tmp_path_factory.mktemp("chattts") / "tiny"
     return build_checkpoint(directory)
+
+
+def chattts_infer_codes(engine: Any, text: str, voice: str, seed: int, steps: int) -> Any:
+    """ChatTTS's own code generation (``Chat._infer_code``, what ``infer`` runs) for one text
+    on the engine's loaded model: exactly ``steps`` tokens, the voice's speaker, the seed
+    reseeded ChatTTS's way. Its ``ids`` and ``hiddens`` are the reference for our loops."""
+    import ChatTTS
+
+    chat = engine.model.chat
+    params = ChatTTS.Chat.InferCodeParams(
+        manual_seed=seed,
+        min_new_token=steps,
+        max_new_token=steps,
+        show_tqdm=False,
+        spk_emb=chat.speaker._encode(engine.speaker_embedding(voice)),
+    )
+    return next(chat._infer_code([text], False, chat.device, True, params))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.workers.engines.conftest import require_chattts_extra
+from tests.unit.workers.engines.conftest import chattts_infer_codes, require_chattts_extra
 
 require_chattts_extra()
 
@@ -200,20 +200,10 @@ def test_speed_becomes_chattts_speed_prompt(engine: ChatTTSEngine) -> None:
 @pytest.mark.filterwarnings("ignore:.*past_key_values.*:FutureWarning")  # ChatTTS's own loop
 def test_batch_of_one_matches_chattts_own_generation_and_decode(engine: ChatTTSEngine) -> None:
     """Same seed, same speaker: our loop's tokens are ChatTTS's, its audio ChatTTS's decode."""
-    import ChatTTS
+    upstream = chattts_infer_codes(engine, "hello world", VOICE, 7, 40)
+    upstream_audio = engine.model.chat._decode_to_wavs([upstream.hiddens[0].clone()], True)[0]
 
-    chat = engine.model.chat
     speaker = engine.speaker_embedding(VOICE)
-    params = ChatTTS.Chat.InferCodeParams(
-        manual_seed=7,
-        min_new_token=40,
-        max_new_token=40,
-        show_tqdm=False,
-        spk_emb=chat.speaker._encode(speaker),
-    )
-    upstream = next(chat._infer_code(["hello world"], False, chat.device, True, params))
-    upstream_audio = chat._decode_to_wavs([upstream.hiddens[0].clone()], True)[0]
-
     row = Row(decorate_prompt("hello world", 5, True), speaker, 7, 40, 40)
     generation = Generation(engine.model, [row], Sampling(0.3, 0.7, 20, 1.05))
     generation.run()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.support.chattts_checkpoint import Checkpoint
-from tests.unit.workers.engines.conftest import require_chattts_extra
+from tests.unit.workers.engines.conftest import chattts_infer_codes, require_chattts_extra
 
 require_chattts_extra()
 
@@ -95,19 +95,9 @@ def test_a_row_joining_at_step_137_gets_the_tokens_and_audio_it_gets_alone(
     assert session.handles == []
 
 
+@pytest.mark.filterwarnings("ignore:.*past_key_values.*:FutureWarning")  # ChatTTS's own loop
 def test_at_batch_one_the_tokens_are_chattts_own(engine: ChatTTSEngine) -> None:
-    import ChatTTS
-
-    chat = engine.model.chat
-    speaker = engine.speaker_embedding("seed:3")
-    params = ChatTTS.Chat.InferCodeParams(
-        manual_seed=7,
-        min_new_token=40,
-        max_new_token=40,
-        show_tqdm=False,
-        spk_emb=chat.speaker._encode(speaker),
-    )
-    upstream = next(chat._infer_code(["hello world"], False, chat.device, True, params))
+    upstream = chattts_infer_codes(engine, "hello world", "seed:3", 7, 40)
     tokens, _audio = alone(engine, SHORT)
     assert torch.equal(tokens, upstream.ids[0])
 
