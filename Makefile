@@ -18,11 +18,12 @@ $(SYSTEM_STAMP): scripts/install-system-deps.sh
 
 system-deps: $(SYSTEM_STAMP)
 
-# The virtual environment with the project (editable) and its dev tools.
-$(STAMP): pyproject.toml $(SYSTEM_STAMP)
+# The virtual environment with the project (editable) and its dev tools: the SDK's distribution
+# (client/, voicelane-client) and the server's, which depends on it, in one resolution.
+$(STAMP): pyproject.toml client/pyproject.toml $(SYSTEM_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.1"
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev]'
 	@touch $@
 
 install: $(STAMP)

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import re
 
-from core.errors import AuthError, ConfigError
+from voicelane.common.errors import AuthError, ConfigError
 
 DEV_KEYS = "demo:demo-key"
 _TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -5,8 +5,8 @@
 envelope and the other fields), OpenAI's speech route 1 MiB, anything else 64 KiB. A body
 that announces more (``Content-Length``) is refused at once with 413 without reading a byte;
 one that streams in (chunked) is counted as it arrives and refused the moment it passes the
-limit — the route sees :class:`~core.errors.TextTooLargeError`, which the app's error handler
-turns into its 413 JSON body.
+limit — the route sees :class:`~voicelane.common.errors.TextTooLargeError`, which the app's error
+handler turns into its 413 JSON body.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core.errors import TextTooLargeError
+from voicelane.common.errors import TextTooLargeError
 
 KIB = 1024
 DEFAULT_LIMIT_BYTES = 64 * KIB

@@ -2,12 +2,12 @@
 
 One path for every front (gRPC ``Chat``, the WebSocket's chat request, OpenAI's
 ``/v1/chat/completions`` with audio): :func:`chat` opens a real-time conversation through the
-stream gateway (:mod:`api.streams`: the same request rules, admission, relay and close as any
-stream), asks the LLM (:mod:`api.llm`, Ollama), and runs two tasks:
+stream gateway (:mod:`voicelane.api.streams`: the same request rules, admission, relay and close as
+any stream), asks the LLM (:mod:`voicelane.api.llm`, Ollama), and runs two tasks:
 
 * the **feeder** reads the LLM's text deltas, hands each to the front as it arrives
-  (:class:`ChatText`), cleans it for speech (:mod:`core.speakable`: markdown, emoji and code
-  dropped, the fast first fragment flushed) and sends it into the conversation, so the first
+  (:class:`ChatText`), cleans it for speech (:mod:`voicelane.core.speakable`: markdown, emoji and
+  code dropped, the fast first fragment flushed) and sends it into the conversation, so the first
   sentence is being synthesised while the LLM writes the second; at the reply's end it ends
   the conversation;
 * the **relay** reads the conversation's audio (:class:`ChatAudio`, captions of the spoken
@@ -30,10 +30,10 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
-from api.llm import ChatTurn, LlmBridge, LlmReply, LlmStats
-from api.streams import ClientGone, Conversation, StreamAsk, StreamChunk, StreamGateway
-from core import metrics
-from core.speakable import SpeakableStream
+from voicelane.api.llm import ChatTurn, LlmBridge, LlmReply, LlmStats
+from voicelane.api.streams import ClientGone, Conversation, StreamAsk, StreamChunk, StreamGateway
+from voicelane.core import metrics
+from voicelane.core.speakable import SpeakableStream
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from core.errors import InvalidInputError, VoicelaneError, exit_status
+from voicelane.common.errors import InvalidInputError, VoicelaneError, exit_status
 
 # numpy's OpenBLAS runs a matrix product on a thread per core, which then wait for each other
 # spinning. The products here are small (the resampler's, per 200 ms of audio) and the
@@ -85,7 +85,7 @@ class _ProgressBar:
 
 
 def _read_input(source: str, max_chars: int) -> str:
-    from core.text_input import decode_text
+    from voicelane.core.text_input import decode_text
 
     if source == "-":
         return decode_text(sys.stdin.buffer.read(), max_chars=max_chars, source="standard input")
@@ -102,9 +102,9 @@ def _read_input(source: str, max_chars: int) -> str:
 
 
 def _render(args: argparse.Namespace, text: str) -> int:
-    from core.audio import format_from_name, format_from_path, validate_sample_rate
-    from core.settings import EmbeddedSettings
-    from workers.render import EmbeddedRenderer
+    from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
+    from voicelane.core.settings import EmbeddedSettings
+    from voicelane.workers.render import EmbeddedRenderer
 
     settings = EmbeddedSettings()
     if args.engine:
@@ -132,15 +132,15 @@ def _render(args: argparse.Namespace, text: str) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from core.settings import EmbeddedSettings
+    from voicelane.core.settings import EmbeddedSettings
 
     text = _read_input(args.input, EmbeddedSettings().max_text_chars)
     return _render(args, text)
 
 
 def _cmd_say(args: argparse.Namespace) -> int:
-    from core.settings import EmbeddedSettings
-    from core.text_input import check_text
+    from voicelane.core.settings import EmbeddedSettings
+    from voicelane.core.text_input import check_text
 
     text = check_text(args.text, max_chars=EmbeddedSettings().max_text_chars, source="TEXT")
     if args.server:
@@ -150,7 +150,7 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
 def _say_remote(args: argparse.Namespace, text: str) -> int:
     """Stream through the gRPC front: first audio while the rest is still being made."""
-    from client import say_to_file
+    from voicelane.client import say_to_file
 
     api_key = args.key or os.environ.get("VOICELANE_API_KEY")
     if not api_key:
@@ -173,8 +173,8 @@ def _say_remote(args: argparse.Namespace, text: str) -> int:
 
 def _cmd_chat(args: argparse.Namespace) -> int:
     """One question to the server's LLM; the reply's text printed, its audio written."""
-    from client import chat_to_file
-    from core.text_input import check_text
+    from voicelane.client import chat_to_file
+    from voicelane.core.text_input import check_text
 
     api_key = args.key or os.environ.get("VOICELANE_API_KEY")
     if not api_key:
@@ -196,8 +196,8 @@ def _cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _cmd_voices(args: argparse.Namespace) -> int:
-    from core.settings import EmbeddedSettings
-    from workers.engines import create_engine
+    from voicelane.core.settings import EmbeddedSettings
+    from voicelane.workers.engines import create_engine
 
     engine = create_engine(args.engine or EmbeddedSettings().engine)
     for voice in engine.voices():
@@ -209,8 +209,8 @@ def _cmd_voices(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from core.settings import WorkerSettings
-    from workers.runtime import run_worker
+    from voicelane.core.settings import WorkerSettings
+    from voicelane.workers.runtime import run_worker
 
     flags = {
         name: getattr(args, name)
@@ -225,8 +225,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 def _cmd_api(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.rest import create_app
-    from core.settings import ApiSettings
+    from voicelane.api.rest import create_app
+    from voicelane.core.settings import ApiSettings
 
     settings = ApiSettings()
     if args.host:
@@ -239,8 +239,8 @@ def _cmd_api(args: argparse.Namespace) -> int:
 
 
 def _cmd_grpc(args: argparse.Namespace) -> int:
-    from api.grpc_front import run_grpc
-    from core.settings import GrpcSettings
+    from voicelane.api.grpc_front import run_grpc
+    from voicelane.core.settings import GrpcSettings
 
     settings = GrpcSettings()
     if args.host:
@@ -253,8 +253,8 @@ def _cmd_grpc(args: argparse.Namespace) -> int:
 
 
 def _cmd_flower(args: argparse.Namespace) -> int:
-    from api.flower import run_flower
-    from core.settings import FlowerSettings
+    from voicelane.api.flower import run_flower
+    from voicelane.core.settings import FlowerSettings
 
     settings = FlowerSettings()
     if args.port:
@@ -264,7 +264,7 @@ def _cmd_flower(args: argparse.Namespace) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from api.stack import run_stack
+    from voicelane.api.stack import run_stack
 
     return run_stack(
         Path(args.state_dir),
@@ -276,8 +276,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
 def _cmd_redis(args: argparse.Namespace) -> int:
     import signal
 
-    from core.redis_server import RedisServer
-    from core.settings import ServiceSettings
+    from voicelane.core.redis_server import RedisServer
+    from voicelane.core.settings import ServiceSettings
 
     budget = ServiceSettings().redis_maxmemory_bytes
     server = RedisServer(args.dir, port=args.port, maxmemory_bytes=budget).start()
@@ -322,9 +322,9 @@ def _submit_and_fetch(
     timeout_s: float,
 ) -> int:
     """Submit ``source`` as a job, show its progress, print its link, download it."""
-    from client import JobsClient
-    from core.errors import RemoteError
-    from core.text_input import decode_text
+    from voicelane.client import JobsClient
+    from voicelane.common.errors import RemoteError
+    from voicelane.core.text_input import decode_text
 
     text = decode_text(source.read_bytes(), max_chars=10_000_000, source=str(source))
     client = JobsClient(server, api_key)

@@ -18,17 +18,17 @@ from anyio import CapacityLimiter
 from fastapi import Depends, Header
 from starlette.requests import HTTPConnection
 
-from api.auth import ApiKeys
-from api.engines import EngineRegistry
-from api.llm import LlmBridge
-from api.llm_warmup import Warmup
-from api.streams import StreamGateway
-from core.batch_lane import BatchClient
-from core.ledger import Ledger
-from core.quotas import RequestRate
-from core.realtime_lane import RealtimeClient
-from core.settings import ApiSettings
-from core.storage import Storage
+from voicelane.api.auth import ApiKeys
+from voicelane.api.engines import EngineRegistry
+from voicelane.api.llm import LlmBridge
+from voicelane.api.llm_warmup import Warmup
+from voicelane.api.streams import StreamGateway
+from voicelane.core.batch_lane import BatchClient
+from voicelane.core.ledger import Ledger
+from voicelane.core.quotas import RequestRate
+from voicelane.core.realtime_lane import RealtimeClient
+from voicelane.core.settings import ApiSettings
+from voicelane.core.storage import Storage
 
 
 class WebSocketGate:

@@ -1,9 +1,9 @@
 """What the workers' engine accepts, as the fronts see it: its published capabilities.
 
-GPU workers publish their engine's :class:`~core.rules.EngineCapabilities` (voices, speed
-range) in Redis (:meth:`core.realtime_lane.RealtimeWorkerClient.publish_capabilities`); the
-fronts read them here, cached for ``ttl_s``, and check every request against them
-(:mod:`core.rules`). Before any worker of the ``espeak`` engine ran, its capabilities are
+GPU workers publish their engine's :class:`~voicelane.core.rules.EngineCapabilities` (voices, speed
+range) in Redis (:meth:`voicelane.core.realtime_lane.RealtimeWorkerClient.publish_capabilities`);
+the fronts read them here, cached for ``ttl_s``, and check every request against them
+(:mod:`voicelane.core.rules`). Before any worker of the ``espeak`` engine ran, its capabilities are
 computed locally (espeak ships with the package and loads in milliseconds); for any other
 engine a front cannot know them until a worker published them, and answers UNAVAILABLE.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from core.errors import UnavailableError
-from core.realtime_lane import RealtimeClient
-from core.rules import EngineCapabilities
+from voicelane.common.errors import UnavailableError
+from voicelane.core.realtime_lane import RealtimeClient
+from voicelane.core.rules import EngineCapabilities
 
 ESPEAK = "espeak"
 DEFAULT_TTL_S = 10.0
@@ -62,6 +62,6 @@ class EngineRegistry:
 
 
 def _espeak_capabilities() -> EngineCapabilities:
-    from workers.engines import create_engine
+    from voicelane.workers.engines import create_engine
 
     return create_engine(ESPEAK).capabilities()

@@ -1,16 +1,16 @@
 """Failures of the services behind the fronts, as the errors clients see.
 
-Redis errors become :class:`~core.errors.UnavailableError` (503 / UNAVAILABLE: unreachable,
-timed out — retry shortly) or :class:`~core.errors.StoreFullError` (503 / RESOURCE_EXHAUSTED:
-Redis is at its ``maxmemory`` and refuses new writes; nothing is evicted). Every front maps
-them the same way, here; anything else stays an internal error.
+Redis errors become :class:`~voicelane.common.errors.UnavailableError` (503 / UNAVAILABLE:
+unreachable, timed out — retry shortly) or :class:`~voicelane.common.errors.StoreFullError` (503 /
+RESOURCE_EXHAUSTED: Redis is at its ``maxmemory`` and refuses new writes; nothing is evicted). Every
+front maps them the same way, here; anything else stays an internal error.
 """
 
 from __future__ import annotations
 
 import redis
 
-from core.errors import StoreFullError, UnavailableError, VoicelaneError
+from voicelane.common.errors import StoreFullError, UnavailableError, VoicelaneError
 
 UNREACHABLE_RETRY_S = 1.0
 FULL_RETRY_S = 30.0

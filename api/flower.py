@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 
-from core.errors import ConfigError
-from core.settings import FlowerSettings
+from voicelane.common.errors import ConfigError
+from voicelane.core.settings import FlowerSettings
 
 DEV_BASIC_AUTH = "admin:admin"
 
@@ -61,7 +61,7 @@ def make_read_only() -> int:
 def run_flower(settings: FlowerSettings) -> None:
     from celery import Celery
 
-    from core.batch_lane import configure_celery
+    from voicelane.core.batch_lane import configure_celery
 
     auth = basic_auth(settings)
     app = Celery("voicelane")

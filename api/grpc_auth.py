@@ -1,7 +1,7 @@
 """API-key authentication of the gRPC front: a server interceptor and the caller's tenant.
 
 Every call of ``voicelane.v1.Speech`` needs ``authorization: Bearer KEY`` metadata with one
-of the REST API's keys (:class:`api.auth.ApiKeys`: SHA-256 digests compared with
+of the REST API's keys (:class:`voicelane.api.auth.ApiKeys`: SHA-256 digests compared with
 :func:`hmac.compare_digest`). A call without a valid key ends with ``UNAUTHENTICATED`` before
 its handler runs. Health checks and server reflection need no key.
 
@@ -21,8 +21,8 @@ from typing import Any, TypeAlias
 import grpc
 import grpc.aio
 
-from api.auth import ApiKeys
-from core.errors import AuthError
+from voicelane.api.auth import ApiKeys
+from voicelane.common.errors import AuthError
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """The thin gRPC front of the real-time lane: ``voicelane grpc`` (port 50051).
 
-The server runs ``voicelane.v1.Speech`` (:class:`api.grpc_service.SpeechService`, an
-adapter over the stream gateway :mod:`api.streams`) behind the API-key interceptor
-(:mod:`api.grpc_auth`), the ``grpc.health.v1`` health service (``SERVING``; ``NOT_SERVING``
-while shutting down) and server reflection. It stops gracefully on SIGTERM/SIGINT: health
-goes ``NOT_SERVING``, streams in flight get ``shutdown_grace_s`` to finish. ``docs/grpc.md``
+The server runs ``voicelane.v1.Speech`` (:class:`voicelane.api.grpc_service.SpeechService`, an
+adapter over the stream gateway :mod:`voicelane.api.streams`) behind the API-key interceptor
+(:mod:`voicelane.api.grpc_auth`), the ``grpc.health.v1`` health service (``SERVING``;
+``NOT_SERVING`` while shutting down) and server reflection. It stops gracefully on SIGTERM/SIGINT:
+health goes ``NOT_SERVING``, streams in flight get ``shutdown_grace_s`` to finish. ``docs/grpc.md``
 is the contract in prose.
 
 Entry points: :func:`serve` (async, for tests and embedding) and :func:`run_grpc` (blocking).
@@ -24,18 +24,18 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from api.auth import ApiKeys
-from api.engines import EngineRegistry
-from api.grpc_auth import AuthInterceptor
-from api.grpc_service import SERVICE_NAME, SpeechService
-from api.llm import LlmBridge, LlmSettings
-from api.llm_warmup import Warmup
-from api.streams import StreamGateway
-from core import metrics
-from core.realtime_lane import RealtimeClient
-from core.rules import MIN_USEFUL_DEADLINE_S
-from core.settings import GrpcSettings
-from core.wire import speech_pb2_grpc as pb_grpc
+from voicelane.api.auth import ApiKeys
+from voicelane.api.engines import EngineRegistry
+from voicelane.api.grpc_auth import AuthInterceptor
+from voicelane.api.grpc_service import SERVICE_NAME, SpeechService
+from voicelane.api.llm import LlmBridge, LlmSettings
+from voicelane.api.llm_warmup import Warmup
+from voicelane.api.streams import StreamGateway
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core import metrics
+from voicelane.core.realtime_lane import RealtimeClient
+from voicelane.core.rules import MIN_USEFUL_DEADLINE_S
+from voicelane.core.settings import GrpcSettings
 
 __all__ = [
     "SERVICE_NAME",

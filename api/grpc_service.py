@@ -1,12 +1,12 @@
 """``voicelane.v1.Speech``: the gRPC adapter over the stream gateway.
 
-Each RPC turns its messages into a :class:`~api.streams.StreamAsk`, lets the gateway
-(:mod:`api.streams`) validate, admit, submit and relay, and turns each
-:class:`~api.streams.StreamChunk` into an ``AudioChunk``. The caller's tenant comes from
-the API-key interceptor (:mod:`api.grpc_auth`); the call's deadline becomes the stream's.
-Errors end the call with the status :mod:`core.errors` maps them to; a stream that does not
-reach its end is closed (cancelled) before the client hears the status.
-``docs/grpc.md`` is the contract in prose; :mod:`api.grpc_front` runs the server.
+Each RPC turns its messages into a :class:`~voicelane.api.streams.StreamAsk`, lets the gateway
+(:mod:`voicelane.api.streams`) validate, admit, submit and relay, and turns each
+:class:`~voicelane.api.streams.StreamChunk` into an ``AudioChunk``. The caller's tenant comes from
+the API-key interceptor (:mod:`voicelane.api.grpc_auth`); the call's deadline becomes the stream's.
+Errors end the call with the status :mod:`voicelane.common.errors` maps them to; a stream that does
+not reach its end is closed (cancelled) before the client hears the status.
+``docs/grpc.md`` is the contract in prose; :mod:`voicelane.api.grpc_front` runs the server.
 """
 
 from __future__ import annotations
@@ -22,22 +22,30 @@ import grpc
 import grpc.aio
 from google.protobuf import json_format
 
-from api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatSummary, ChatText, chat
-from api.failures import service_error
-from api.grpc_auth import current_tenant
-from api.llm import ChatTurn, LlmBridge
-from api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
-from core import metrics
-from core.errors import (
+from voicelane.api.chat import (
+    ChatAsk,
+    ChatAudio,
+    ChatDone,
+    ChatStarted,
+    ChatSummary,
+    ChatText,
+    chat,
+)
+from voicelane.api.failures import service_error
+from voicelane.api.grpc_auth import current_tenant
+from voicelane.api.llm import ChatTurn, LlmBridge
+from voicelane.api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
+from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
     UnavailableError,
     VoicelaneError,
     grpc_status_name,
 )
-from core.realtime_lane import now_ms
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core import metrics
+from voicelane.core.realtime_lane import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +58,8 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"  # generic only in the
 
 
 def status_code(error: BaseException) -> grpc.StatusCode:
-    """The gRPC status of ``error``: ``core.errors`` decides (a failing Redis through
-    :func:`api.failures.service_error`), anything else INTERNAL."""
+    """The gRPC status of ``error``: ``voicelane.common.errors`` decides (a failing Redis through
+    :func:`voicelane.api.failures.service_error`), anything else INTERNAL."""
     error = service_error(error) or error
     code = grpc.StatusCode.__members__.get(grpc_status_name(error), grpc.StatusCode.INTERNAL)
     return grpc.StatusCode.INTERNAL if code is grpc.StatusCode.OK else code
@@ -172,7 +180,8 @@ class SpeechService(pb_grpc.SpeechServicer):
     async def Chat(  # noqa: N802 - the generated servicer's name
         self, request: pb.ChatRequest, context: Context
     ) -> AsyncIterator[pb.ChatResponse]:
-        """The LLM's reply (:mod:`api.chat`): text deltas, audio with captions, stats last."""
+        """The LLM's reply (:mod:`voicelane.api.chat`): text deltas, audio with captions, stats
+        last."""
         request_id: str | None = None
         try:
             if self.llm is None:

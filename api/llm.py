@@ -5,7 +5,7 @@ through the official ``ollama.AsyncClient`` (``/api/chat``, streamed), so that w
 version the operator runs, the protocol is the client's business. What the bridge adds:
 
 * **validation** — no messages, an unknown role, a last message that is empty or not text:
-  :class:`~core.errors.InvalidInputError`;
+  :class:`~voicelane.common.errors.InvalidInputError`;
 * **the window** — every request carries ``options.num_ctx`` (``VOICELANE_LLM_NUM_CTX``;
   left out, Ollama sizes the context from the card and its KV cache eats the TTS model's
   memory) and ``keep_alive``; the history is trimmed to fit: each message's tokens estimated
@@ -20,13 +20,14 @@ version the operator runs, the protocol is the client's business. What the bridg
   reply's iterator, after the text that came before them;
 * **barge-in** — :meth:`LlmReply.aclose` closes the HTTP stream (Ollama stops generating when
   its client leaves) and frees the slot, from any task, at any time;
-* **errors, typed** (:mod:`core.errors`, one line each): a model Ollama does not have →
-  :class:`~core.errors.NotFoundError`; Ollama unreachable, 503 busy, any other 5xx, an error
-  line or a dropped connection mid-reply, a reply that ends without ``done`` →
-  :class:`~core.errors.UnavailableError`; no chunk within ``read_timeout_s`` (at any point) →
-  :class:`~core.errors.DeadlineExceededError`; 400 (a request Ollama refuses) →
-  :class:`~core.errors.InvalidInputError`;
-* **metrics** (:mod:`core.metrics`): ``ollama_batch_size{host}``,
+* **errors, typed** (:mod:`voicelane.common.errors`, one line each): a model Ollama does not have →
+  :class:`~voicelane.common.errors.NotFoundError`; Ollama unreachable, 503 busy, any other 5xx, an
+  error line or a dropped connection mid-reply, a reply that ends without ``done`` →
+  :class:`~voicelane.common.errors.UnavailableError`; no chunk within ``read_timeout_s`` (at any
+  point) →
+  :class:`~voicelane.common.errors.DeadlineExceededError`; 400 (a request Ollama refuses) →
+  :class:`~voicelane.common.errors.InvalidInputError`;
+* **metrics** (:mod:`voicelane.core.metrics`): ``ollama_batch_size{host}``,
   ``ollama_time_to_first_token_seconds{model}``, ``voicelane_llm_replies_total{outcome}``,
   ``voicelane_llm_tokens_total{kind}``, ``voicelane_llm_queue_wait_seconds``.
 
@@ -53,8 +54,7 @@ import ollama
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core import metrics
-from core.errors import (
+from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
     NotFoundError,
@@ -62,6 +62,7 @@ from core.errors import (
     UnavailableError,
     VoicelaneError,
 )
+from voicelane.core import metrics
 
 log = logging.getLogger(__name__)
 

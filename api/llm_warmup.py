@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from api.llm import LlmBridge
+from voicelane.api.llm import LlmBridge
 
 log = logging.getLogger(__name__)
 

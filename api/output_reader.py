@@ -2,14 +2,14 @@
 
 A front relaying hundreds of streams must not hold one blocking XREAD (one Redis connection,
 one waiting coroutine) per stream. The :class:`OutputReader` of a front process (one per
-:class:`~api.streams.StreamGateway`) runs one background task that reads the output streams of
-all its subscriptions with a single XREAD per round
-(:meth:`core.realtime_lane.RealtimeClient.read_outputs`, blocking up to ``block_ms``) and hands
-each stream its entries (:class:`Subscription`). The rules:
+:class:`~voicelane.api.streams.StreamGateway`) runs one background task that reads the output
+streams of all its subscriptions with a single XREAD per round
+(:meth:`voicelane.core.realtime_lane.RealtimeClient.read_outputs`, blocking up to ``block_ms``) and
+hands each stream its entries (:class:`Subscription`). The rules:
 
 * **own connection** — the blocking read runs on its own Redis client
-  (:meth:`~core.realtime_lane.RealtimeClient.twin`), never on the pool the rest of the front
-  uses;
+  (:meth:`~voicelane.core.realtime_lane.RealtimeClient.twin`), never on the pool the rest of the
+  front uses;
 * **wake** — the read also watches the reader's wake stream: a subscription added while a read
   is pending appends to it (through the front's usual client), which ends the read at once, so
   a new stream's first audio never waits for the end of a block;
@@ -37,8 +37,8 @@ import time
 import uuid
 from collections import deque
 
-from core.errors import ShuttingDownError
-from core.realtime_lane import OutputEvent, RealtimeClient
+from voicelane.common.errors import ShuttingDownError
+from voicelane.core.realtime_lane import OutputEvent, RealtimeClient
 
 log = logging.getLogger(__name__)
 

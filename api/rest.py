@@ -1,8 +1,8 @@
 """The REST front (FastAPI): ``create_app`` builds the app from its routers.
 
-``voicelane api`` serves it with uvicorn. Routes live in :mod:`api.routes` (``jobs``,
+``voicelane api`` serves it with uvicorn. Routes live in :mod:`voicelane.api.routes` (``jobs``,
 ``speech``, ``ops``), each an ``APIRouter`` whose routes take the app's state and the
-caller's tenant as dependencies (:mod:`api.deps`). Every error is a JSON body
+caller's tenant as dependencies (:mod:`voicelane.api.deps`). Every error is a JSON body
 ``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one line of message and the
 status the error class maps to (``core/errors.py``).
 """
@@ -21,23 +21,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.auth import ApiKeys
-from api.body_limit import BodyLimit, route_limits
-from api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
-from api.engines import EngineRegistry
-from api.failures import service_error
-from api.llm import LlmBridge, LlmSettings
-from api.llm_warmup import Warmup
-from api.routes import callbacks, chat, jobs, ops, speech
-from api.routes.speech import MAX_SPEECH_BODY_BYTES
-from api.streams import StreamGateway
-from core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
-from core.errors import InvalidInputError, VoicelaneError, http_status
-from core.ledger import Ledger
-from core.quotas import RequestRate
-from core.realtime_lane import RealtimeClient
-from core.settings import ApiSettings
-from core.storage import Storage, open_storage
+from voicelane.api.auth import ApiKeys
+from voicelane.api.body_limit import BodyLimit, route_limits
+from voicelane.api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
+from voicelane.api.engines import EngineRegistry
+from voicelane.api.failures import service_error
+from voicelane.api.llm import LlmBridge, LlmSettings
+from voicelane.api.llm_warmup import Warmup
+from voicelane.api.routes import callbacks, chat, jobs, ops, speech
+from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
+from voicelane.api.streams import StreamGateway
+from voicelane.common.errors import InvalidInputError, VoicelaneError, http_status
+from voicelane.core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
+from voicelane.core.ledger import Ledger
+from voicelane.core.quotas import RequestRate
+from voicelane.core.realtime_lane import RealtimeClient
+from voicelane.core.settings import ApiSettings
+from voicelane.core.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
 

@@ -37,10 +37,10 @@ from urllib.parse import urlparse
 
 import httpx
 
-from api.flower import basic_auth
-from core.errors import ConfigError, VoicelaneError
-from core.redis_server import RedisServer, redis_answers
-from core.settings import ApiSettings, FlowerSettings, GrpcSettings, StackSettings
+from voicelane.api.flower import basic_auth
+from voicelane.common.errors import VoicelaneError
+from voicelane.core.redis_server import RedisServer, redis_answers
+from voicelane.core.settings import ApiSettings, FlowerSettings, GrpcSettings, StackSettings
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -111,8 +111,8 @@ class Supervised(ABC):
 
 
 class Child(Supervised):
-    """``python -m api.cli ARGS`` in its own session (Ctrl-C reaches ``up`` only, which stops
-    the children in order); a restart runs the same command with the same environment."""
+    """``python -m voicelane.api.cli ARGS`` in its own session (Ctrl-C reaches ``up`` only, which
+    stops the children in order); a restart runs the same command with the same environment."""
 
     def __init__(
         self,
@@ -122,7 +122,7 @@ class Child(Supervised):
         env: dict[str, str],
         log_dir: Path,
         *,
-        module: str = "api.cli",
+        module: str = "voicelane.api.cli",
         cwd: Path | None = None,
     ) -> None:
         super().__init__(name)
@@ -280,7 +280,7 @@ def _ready(api: ApiSettings, grpc_target: str) -> bool:
     """The API is ready, the gRPC front serves and a GPU worker reports real-time capacity."""
     import redis
 
-    from core.realtime_lane import reporting_workers
+    from voicelane.core.realtime_lane import reporting_workers
 
     try:
         if httpx.get(f"http://{api.host}:{api.port}/readyz", timeout=1.0).status_code != 200:
@@ -362,25 +362,17 @@ def _write_targets(path: Path, targets: list[dict[str, object]]) -> None:
     partial.replace(path)
 
 
-STANDIN_MODULE = "tests.support.ollama_standin"
-"""The stand-in Ollama server of the tests (``up --llm-standin``): in the repository only."""
+STANDIN_MODULE = "voicelane.api.ollama_standin"
+"""The stand-in Ollama server (``up --llm-standin``): canned replies, no model, for demos."""
 
 
 def _llm_standin(env: dict[str, str], port: int, log_dir: Path) -> Child:
     """The stand-in Ollama server as a child, and the fronts' LLM settings pointed at it."""
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "tests" / "support" / "ollama_standin.py").is_file():
-        raise ConfigError(
-            "--llm-standin runs the tests' stand-in Ollama server (tests/support/), which "
-            f"is in voicelane's repository, not in this installation ({root})"
-        )
     url = f"http://127.0.0.1:{port}"
     env["OLLAMA_HOST"] = url
     env.setdefault("VOICELANE_LLM_PRELOAD", "1")
     where = f"{url} (stand-in Ollama: canned replies, no model)"
-    return Child(
-        "llm-standin", ["--port", str(port)], where, env, log_dir, module=STANDIN_MODULE, cwd=root
-    )
+    return Child("llm-standin", ["--port", str(port)], where, env, log_dir, module=STANDIN_MODULE)
 
 
 def run_stack(state_dir: Path, *, pidfile: Path | None = None, llm_standin: bool = False) -> int:

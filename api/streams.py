@@ -3,28 +3,30 @@
 A stream goes **validate → admit → submit → relay → close**, the same way whichever front
 it came through:
 
-1. *validate* — the request rules of :mod:`core.rules` against the capabilities the workers'
-   engine published (:class:`~api.engines.EngineRegistry`): text, voice, speed, sample rate
-   for the encoding asked, request id, deadline; nothing reaches Redis before this passes;
-2. *admit* — the tenant's request rate (:mod:`core.quotas`) and concurrent streams
+1. *validate* — the request rules of :mod:`voicelane.core.rules` against the capabilities the
+workers'
+   engine published (:class:`~voicelane.api.engines.EngineRegistry`): text, voice, speed, sample
+   rate for the encoding asked, request id, deadline; nothing reaches Redis before this passes;
+2. *admit* — the tenant's request rate (:mod:`voicelane.core.quotas`) and concurrent streams
    (``tenant_max_streams``), then :class:`Admission`: free real-time slots of live workers
    minus the queue; past any of them the stream is refused at once (``RESOURCE_EXHAUSTED``,
    429 on HTTP) with a retry hint;
 3. *submit* — the stream id, in its tenant's namespace, is reserved for the tenant (checked
    again on resume), and the request queued on the lane
-   (:class:`core.realtime_lane.RealtimeClient`) with an absolute deadline (the client's,
+   (:class:`voicelane.core.realtime_lane.RealtimeClient`) with an absolute deadline (the client's,
    capped at ``max_deadline_s``) and the encoding the front needs (Opus packets, a file, raw
    PCM);
 4. *relay* — the request's output stream becomes :class:`StreamChunk` values as it grows
-   (read together with the front's other streams by :class:`~api.output_reader.OutputReader`),
-   with the lane's liveness rules: ``UNAVAILABLE`` when no worker picks the request up in
-   time, or when its worker's heartbeat lapsed and nobody took over;
+   (read together with the front's other streams by
+   :class:`~voicelane.api.output_reader.OutputReader`), with the lane's liveness rules:
+   ``UNAVAILABLE`` when no worker picks the request up in time, or when its worker's heartbeat
+   lapsed and nobody took over;
 5. *close* — a stream that did not reach its end (client gone, error) gets its request
    cancelled: the worker drops it before its next batch; the tenant's slot is given back.
    While the server drains for a shutdown, streams are left running instead, to be resumed.
 
-gRPC (:mod:`api.grpc_service`), the WebSocket stream and OpenAI's speech route
-(:mod:`api.routes.speech`) are thin adapters: each turns its wire format into a
+gRPC (:mod:`voicelane.api.grpc_service`), the WebSocket stream and OpenAI's speech route
+(:mod:`voicelane.api.routes.speech`) are thin adapters: each turns its wire format into a
 :class:`StreamAsk` and each :class:`StreamChunk` into its wire format. Logs carry request ids
 and sizes, never the text.
 """
@@ -39,11 +41,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 
-from api.engines import EngineRegistry
-from api.output_reader import OutputReader, Subscription
-from core import metrics
-from core.audio.stream import StreamEncoding, stream_sample_rates
-from core.errors import (
+from voicelane.api.engines import EngineRegistry
+from voicelane.api.output_reader import OutputReader, Subscription
+from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.audio.stream import StreamEncoding, stream_sample_rates
+from voicelane.common.errors import (
     DeadlineExceededError,
     NoCapacityError,
     QuotaExceededError,
@@ -52,8 +54,9 @@ from core.errors import (
     UnavailableError,
     error_for_status,
 )
-from core.quotas import RequestRate
-from core.realtime_lane import (
+from voicelane.core import metrics
+from voicelane.core.quotas import RequestRate
+from voicelane.core.realtime_lane import (
     EventKind,
     InputKind,
     InputPiece,
@@ -65,8 +68,7 @@ from core.realtime_lane import (
     new_request_id,
     now_ms,
 )
-from core.rules import (
-    DEFAULT_SAMPLE_RATE_HZ,
+from voicelane.core.rules import (
     MIN_USEFUL_DEADLINE_S,
     ConversationText,
     EngineCapabilities,
@@ -76,7 +78,7 @@ from core.rules import (
     check_speech_options,
     check_speech_text,
 )
-from core.settings import ServiceSettings
+from voicelane.core.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +314,7 @@ class Stream:
             while True:
                 if self._client_gone():
                     # grpc.aio cancels a handler whose client left, but can lose that
-                    # cancellation (see api.grpc_service.client_gone): never outlive the
+                    # cancellation (see voicelane.api.grpc_service.client_gone): never outlive the
                     # client; the adapter's close() then cancels the request.
                     return
                 if now_ms() >= self._deadline_ms:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from core.audio.pcm import PcmF32
+    from voicelane.common.audio.pcm import PcmF32
 
 PIECE_S = 0.2
 
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     import av
     from av.audio.resampler import AudioResampler
 
-    from core.audio.files import AudioFormat, decode_to_pcm, open_writer
-    from core.audio.opus import OpusStreamDecoder, OpusStreamEncoder
-    from core.audio.pcm import StreamResampler, float_to_int16, resample
+    from voicelane.common.audio.files import AudioFormat, decode_to_pcm, open_writer
+    from voicelane.common.audio.opus import OpusStreamDecoder, OpusStreamEncoder
+    from voicelane.common.audio.pcm import StreamResampler, float_to_int16, resample
 
     seconds: float = args.seconds
     repeat: int = args.repeat

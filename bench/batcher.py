@@ -25,9 +25,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from core.settings import BatcherSettings
-from workers.batcher import Batcher, Priority
-from workers.engines.base import Engine, PcmF32, Utterance, VoiceInfo
+from voicelane.core.settings import BatcherSettings
+from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.engines.base import Engine, PcmF32, Utterance, VoiceInfo
 
 FIXED_S = 0.040
 PER_ITEM_S = 0.0005

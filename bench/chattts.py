@@ -52,18 +52,18 @@ if str(ROOT) not in sys.path:  # `python bench/chattts.py`: the checkpoint build
 
 from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
 from bench.tables import header  # noqa: E402
-from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import (  # noqa: E402
     FULL,
     TINY,
     CheckpointSize,
     build_checkpoint,
 )
-from workers.batcher import Batcher, Priority  # noqa: E402
-from workers.engines import Utterance, chattts_loop  # noqa: E402
-from workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from workers.engines.chattts_config import ChatTTSSettings, Sampling  # noqa: E402
-from workers.engines.chattts_loop import (  # noqa: E402
+from voicelane.core.settings import BatcherSettings  # noqa: E402
+from voicelane.workers.batcher import Batcher, Priority  # noqa: E402
+from voicelane.workers.engines import Utterance, chattts_loop  # noqa: E402
+from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
+from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling  # noqa: E402
+from voicelane.workers.engines.chattts_loop import (  # noqa: E402
     Generation,
     Row,
     StreamDecoder,

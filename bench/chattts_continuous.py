@@ -1,6 +1,6 @@
 """Benchmark tables for continuous batching (ChatTTS), static batches vs the running batch.
 
-Both modes run the same engine through the same :class:`~workers.batcher.Batcher`, in the
+Both modes run the same engine through the same :class:`~voicelane.workers.batcher.Batcher`, in the
 same run; only ``BatcherSettings.continuous`` differs. Random weights (the tiny checkpoint and
 the official architecture); every item is forced to an exact number of steps (min == max).
 
@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.tables import header
-from core.settings import BatcherSettings
-from workers.batcher import Batcher, Priority
-from workers.engines import Utterance
-from workers.engines.base import PcmF32
-from workers.engines.chattts import ChatTTSEngine
-from workers.engines.chattts_config import ChatTTSSettings
+from voicelane.core.settings import BatcherSettings
+from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.engines import Utterance
+from voicelane.workers.engines.base import PcmF32
+from voicelane.workers.engines.chattts import ChatTTSEngine
+from voicelane.workers.engines.chattts_config import ChatTTSSettings
 
 STEP_S = 512 / 24000
 TIMEOUT_S = 1800.0

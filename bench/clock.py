@@ -1,13 +1,13 @@
-"""Benchmark: the client's clock-offset estimate (``client.clock``) against the front's real
-``Clock`` handler on loopback.
+"""Benchmark: the client's clock-offset estimate (``voicelane.client.clock``) against the front's
+real ``Clock`` handler on loopback.
 
-The server is ``api.grpc_service.SpeechService`` (no gateway: ``Clock`` touches none; no
+The server is ``voicelane.api.grpc_service.SpeechService`` (no gateway: ``Clock`` touches none; no
 API-key interceptor) on ``grpc.aio.server()`` in its own process, as a front would be. On one
 host both ends read the same clock, so the true offset is 0: ``|offset|`` is the estimate's
 error and ``bound held`` counts the runs where ``|offset| <= error bound``.
 
 Rows: ``measure_clock`` (grpc.aio) and ``measure_clock_sync`` (blocking channel), with 1, 4, 8
-and 32 back-to-back ``Clock`` calls per estimate (a fresh :class:`~client.clock.ClockSync`
+and 32 back-to-back ``Clock`` calls per estimate (a fresh :class:`~voicelane.client.clock.ClockSync`
 each, on a warm channel), many estimates each; then the baseline, the offset from a stream's
 first ``AudioChunk`` echo alone. That echo is **simulated**: the client stamps the request
 (``client_ts_ms``, truncated to ms), waits a first-chunk delay standing for the synthesis
@@ -40,10 +40,10 @@ from typing import cast
 import grpc
 import grpc.aio
 
-from api.grpc_service import SpeechService
-from api.streams import StreamGateway
 from bench.tables import percentile
-from client.clock import (
+from voicelane.api.grpc_service import SpeechService
+from voicelane.api.streams import StreamGateway
+from voicelane.client.clock import (
     WIRE_MS_RESOLUTION_MS,
     ClockEstimate,
     ClockSample,
@@ -52,8 +52,8 @@ from client.clock import (
     measure_clock_sync,
     wall_ms,
 )
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 
 SAMPLE_COUNTS = (1, 4, 8, 32)
 ECHO_DELAYS_MS = (10.0, 50.0, 300.0)

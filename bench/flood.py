@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.redis_server import RedisServer
 from tests.support.flood import LIVE_TEXT, QUOTAS, SMALL_JOB, Flood, job_seconds, stream_seconds
 from tests.support.stack import OTHER_KEY, Stack
+from voicelane.core.redis_server import RedisServer
 
 TARGET_RATIO = 2.0
 

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.render import CHINESE, ENGLISH
-from core.audio import AudioFormat
-from core.redis_server import RedisServer
-from core.settings import EmbeddedSettings
 from tests.support.stack import Stack, wait_for
-from workers.render import EmbeddedRenderer
+from voicelane.common.audio import AudioFormat
+from voicelane.core.redis_server import RedisServer
+from voicelane.core.settings import EmbeddedSettings
+from voicelane.workers.render import EmbeddedRenderer
 
 
 def texts(count: int, characters: int) -> list[str]:

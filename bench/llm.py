@@ -3,7 +3,7 @@ first fragment alone, in the same run.
 
 Real processes: redis-server, ``--workers`` GPU workers (espeak), one ``voicelane grpc`` front
 per LLM speed, each pointed at its own stand-in Ollama server
-(``python -m tests.support.ollama_standin``, a process: the load generator does not share its
+(``python -m voicelane.api.ollama_standin``, a process: the load generator does not share its
 CPU) emitting the reply at each of ``--rates`` tokens per second (50, 15 and 3: the stand-in's
 tokens are ~3.6 characters, so 15 tokens/s is ~54 characters/s, still faster than speech at
 ~14 characters/s; 3 tokens/s is slower than speech, where gaps show). Tenant quotas and the
@@ -15,7 +15,7 @@ Per conversation (client clocks only):
 
 * **first token → first audio**: the first ``text_delta`` to the first audio packet;
 * of which **fragment wait**: the first token to the text delta that completes the first
-  speakable fragment (found with the server's own cutter, :class:`core.speakable
+  speakable fragment (found with the server's own cutter, :class:`voicelane.core.speakable
   .SpeakableStream`, fed the deltas as they arrive) — the LLM's time, not ours;
 * **fragment → first audio**: the rest, the synthesis of that fragment through the lane;
 * **underruns**: a 150 ms playback buffer started at the first audio: audio with presentation
@@ -51,14 +51,14 @@ import grpc
 import grpc.aio
 
 from bench.tables import percentile
-from core.redis_server import RedisServer, free_port
-from core.speakable import SpeakableStream
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, ROOT, Stack
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.redis_server import RedisServer, free_port
+from voicelane.core.speakable import SpeakableStream
 
 if TYPE_CHECKING:
-    from core.wire.speech_pb2_grpc import SpeechAsyncStub
+    from voicelane.common.wire.speech_pb2_grpc import SpeechAsyncStub
 
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
 MODEL = "qwen2.5:7b"
@@ -177,7 +177,7 @@ async def first_audio_ms(stub: SpeechAsyncStub) -> float | None:
 def start_standin(port: int, tokens_per_s: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.ollama_standin", "--port", str(port),
+            [sys.executable, "-m", "voicelane.api.ollama_standin", "--port", str(port),
              "--tokens-per-s", str(tokens_per_s)],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

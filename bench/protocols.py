@@ -46,7 +46,7 @@ RESOURCE_EXHAUSTED.
 text, ``response_format: opus`` (an Ogg file), no ``pace`` field, at each of
 ``--file-levels`` (1 and 16) concurrent clients in a closed loop for ``--file-duration-s``
 (and at least ``--file-min-requests`` per client): audio seconds delivered per wall second,
-the audio seconds decoded from each whole Ogg file (:func:`core.audio.probe`, after the
+the audio seconds decoded from each whole Ogg file (:func:`voicelane.common.audio.probe`, after the
 measured window). Against ``voicelane render`` of the same text to an .ogg in a new
 process (start-up included), median of 3, measured in the same run with the stack up and
 idle. Target: >= 0.8x of embedded at 1 concurrent.
@@ -93,14 +93,14 @@ import websockets
 import websockets.exceptions
 
 from bench.tables import percentile
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
-    from core.wire.speech_pb2_grpc import SpeechAsyncStub
+    from voicelane.common.wire.speech_pb2_grpc import SpeechAsyncStub
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCE = "The weather is nice today, so we will walk along the river."
@@ -479,7 +479,7 @@ class OpenAIClients:
 
     def decode_files(self) -> None:
         """The duration of each whole Ogg file, decoded (after the measured window)."""
-        from core.audio import probe
+        from voicelane.common.audio import probe
 
         for record, data in self.files:
             try:
@@ -825,7 +825,7 @@ class Embedded:
 
 def embedded_render(text: str, directory: Path, repeats: int = 3) -> Embedded:
     """``voicelane render`` of ``text`` to Ogg, a new process each time (start-up included)."""
-    from core.audio import probe
+    from voicelane.common.audio import probe
 
     source = directory / "file-text.txt"
     source.write_text(text, encoding="utf-8")
@@ -854,7 +854,7 @@ def print_file_table(rows: list[Row], embedded: Embedded, text: str, duration_s:
         f"{len(text)} characters; closed loop, {duration_s:g} s per row\n"
     )
     print(
-        "Audio seconds: each whole Ogg file decoded (core.audio.probe). Embedded: "
+        "Audio seconds: each whole Ogg file decoded (voicelane.common.audio.probe). Embedded: "
         "`voicelane render text.txt -o out.ogg`, a new process each time (start-up "
         "included), median wall time of 3, with the stack up and idle.\n"
     )
@@ -1069,8 +1069,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     import redis
 
-    from core.redis_server import RedisServer
     from tests.support.stack import Stack
+    from voicelane.core.redis_server import RedisServer
 
     overrides = dict(QUOTA_OVERRIDES)
     if args.slots:

@@ -31,15 +31,15 @@ import grpc
 import redis
 
 from bench.tables import percentile
-from core.redis_server import RedisServer
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, Stack, wait_for
-from workers.engines import Utterance
-from workers.engines.espeak import EspeakEngine
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.redis_server import RedisServer
+from voicelane.workers.engines import Utterance
+from voicelane.workers.engines.espeak import EspeakEngine
 
 if TYPE_CHECKING:
-    from core.wire.speech_pb2_grpc import SpeechAsyncStub
+    from voicelane.common.wire.speech_pb2_grpc import SpeechAsyncStub
 
 SENTENCE = "The weather is nice today, so we will walk along the river."
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)

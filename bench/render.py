@@ -27,12 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.audio import AudioFormat, PcmF32, StreamResampler, open_writer, probe
-from core.settings import EmbeddedSettings
-from core.text import split_sentences
-from workers.engines import Utterance
-from workers.engines.espeak import EspeakEngine
-from workers.render import EmbeddedRenderer
+from voicelane.common.audio import AudioFormat, PcmF32, StreamResampler, open_writer, probe
+from voicelane.core.settings import EmbeddedSettings
+from voicelane.core.text import split_sentences
+from voicelane.workers.engines import Utterance
+from voicelane.workers.engines.espeak import EspeakEngine
+from voicelane.workers.render import EmbeddedRenderer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -57,14 +57,14 @@ import redis
 from bench.jobs import texts
 from bench.render import CHINESE, ENGLISH
 from bench.tables import percentile
-from core.ledger import JobState, Ledger
-from core.redis_server import RedisServer
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, Proc, Stack, wait_for
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.ledger import JobState, Ledger
+from voicelane.core.redis_server import RedisServer
 
 if TYPE_CHECKING:
-    from core.wire.speech_pb2_grpc import SpeechAsyncStub
+    from voicelane.common.wire.speech_pb2_grpc import SpeechAsyncStub
 
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
 JOB_CHARACTERS = 2000

@@ -1,4 +1,4 @@
-"""Benchmark core.text.split_sentences on ~100 KB and ~1 MB of mixed Chinese/English text.
+"""Benchmark voicelane.core.text.split_sentences on ~100 KB and ~1 MB of mixed Chinese/English text.
 
 Run from the repository root: ``python bench/text_split.py [--repeat N] [--seed S]``.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from core.text import Segment
+    from voicelane.core.text import Segment
 
 _WORDS = (
     "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "speech", "model", "render",
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from core.text import split_sentences
+    from voicelane.core.text import split_sentences
 
     baseline_re = re.compile(r"(?<=[.!?。！？])\s*")
     header = (

@@ -1,6 +1,6 @@
 """The batch lane's contract between the fronts and the workers: queues, tasks, enqueueing.
 
-Like :mod:`core.realtime_lane` for live streams, this module is what both sides agree on:
+Like :mod:`voicelane.core.realtime_lane` for live streams, this module is what both sides agree on:
 
 * the Celery queues (``control``: planning, callbacks, cleanup; ``render``: GPU workers;
   ``assemble``: CPU workers) and the task names, routed one queue per task;
@@ -23,9 +23,9 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from core.errors import JobStateError, UnavailableError
-from core.ledger import Job, JobOptions, JobState, Ledger
-from core.settings import ServiceSettings
+from voicelane.common.errors import JobStateError, UnavailableError
+from voicelane.core.ledger import Job, JobOptions, JobState, Ledger
+from voicelane.core.settings import ServiceSettings
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -1,8 +1,8 @@
 """Job callbacks: which URLs and addresses they may reach, and how they are signed.
 
-Pure functions (no network; stdlib and :mod:`core.errors` only), shared by the REST front
-(which checks a ``callback_url`` at submission) and the CPU worker (which vets every address
-it connects to, :mod:`workers.callbacks`).
+Pure functions (no network; stdlib and :mod:`voicelane.common.errors` only), shared by the REST
+front (which checks a ``callback_url`` at submission) and the CPU worker (which vets every address
+it connects to, :mod:`voicelane.workers.callbacks`).
 
 **Destinations.** A callback goes to a public address only: :func:`forbidden_reason` names
 what an address is when it is not one (loopback, private, link-local and cloud metadata,
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.errors import ConfigError, InvalidInputError
+from voicelane.common.errors import ConfigError, InvalidInputError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -51,8 +51,8 @@ _TENANT_CONTEXT = b"voicelane-callback:"
 def check_callback_url(url: str) -> str:
     """``url`` if it may be a callback URL: http(s), a host, no credentials, no fragment, at
     most 2048 characters, no spaces or control characters. Raises
-    :class:`~core.errors.InvalidInputError` (``field="callback_url"``) otherwise. Where the
-    host points is checked separately (:func:`refusal`), against its resolved addresses."""
+    :class:`~voicelane.common.errors.InvalidInputError` (``field="callback_url"``) otherwise. Where
+    the host points is checked separately (:func:`refusal`), against its resolved addresses."""
     callback_destination(url)
     return url
 
@@ -221,8 +221,8 @@ class AllowList:
     @classmethod
     def parse(cls, setting: str) -> AllowList:
         """``"hooks.internal, 10.1.2.0/24, 127.0.0.1, ::1"``: comma-separated host names,
-        addresses and CIDR networks. Raises :class:`~core.errors.ConfigError` for an entry
-        that is neither."""
+        addresses and CIDR networks. Raises :class:`~voicelane.common.errors.ConfigError` for an
+        entry that is neither."""
         hosts: set[str] = set()
         networks: list[IPNetwork] = []
         for raw in setting.split(","):

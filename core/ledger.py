@@ -35,8 +35,8 @@ from typing import Any, cast
 
 import redis
 
-from core.errors import JobNotFoundError, QuotaExceededError
-from core.redis_clients import sync_client
+from voicelane.common.errors import JobNotFoundError, QuotaExceededError
+from voicelane.core.redis_clients import sync_client
 
 PREFIX = "vl:"
 QUEUED_CHARS_RETRY_S = 60.0

@@ -3,21 +3,21 @@
 Every submission — a job over REST, a stream over gRPC, the WebSocket or OpenAI's route —
 takes one token from its tenant's bucket (:meth:`RequestRate.take`). The bucket refills at
 ``tenant_requests_per_s`` up to ``tenant_request_burst``; an empty bucket refuses with
-:class:`~core.errors.QuotaExceededError` (429 / RESOURCE_EXHAUSTED) and says when the next
-token is due. The bucket lives in Redis (key ``vl:quota:rate:{tenant}``, this module's only
+:class:`~voicelane.common.errors.QuotaExceededError` (429 / RESOURCE_EXHAUSTED) and says when the
+next token is due. The bucket lives in Redis (key ``vl:quota:rate:{tenant}``, this module's only
 key), so every front process and replica draws from the same one, and the clock is Redis's
 (``TIME``), so the fronts' clocks do not matter.
 
 The tenant's other limits live beside the state they bound: queued characters in the job
-ledger (:meth:`core.ledger.Ledger.create`), concurrent streams in the real-time lane
-(:meth:`core.realtime_lane.RealtimeClient.hold_tenant_slot`).
+ledger (:meth:`voicelane.core.ledger.Ledger.create`), concurrent streams in the real-time lane
+(:meth:`voicelane.core.realtime_lane.RealtimeClient.hold_tenant_slot`).
 """
 
 from __future__ import annotations
 
 import redis.asyncio as aredis
 
-from core.errors import QuotaExceededError
+from voicelane.common.errors import QuotaExceededError
 
 PREFIX = "vl:quota:rate:"
 

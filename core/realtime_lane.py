@@ -21,7 +21,7 @@ Keys (prefix ``vl:rt:``) — this module is the only code that builds them:
 * ``wake:{reader}`` — a front's output reader's wake stream (one entry, short TTL): a front
   appends to it to end the reader's pending blocking XREAD early (a stream was added);
 * ``vl:engine:{engine}`` — the engine's capabilities (voices, speed range) as its workers
-  publish them, for the fronts' request rules (:mod:`core.rules`).
+  publish them, for the fronts' request rules (:mod:`voicelane.core.rules`).
 
 Delivery: a worker reads new requests with XREADGROUP, keeps their entries pending while it
 serves them, and refreshes their idle time (XCLAIM JUSTID) as a heartbeat. Another worker
@@ -32,7 +32,7 @@ pending entry, never by MAXLEN, so trimming cannot drop work in progress.
 
 The fronts use :class:`RealtimeClient` (asyncio); the workers use
 :class:`RealtimeWorkerClient` (threads). Timings come from
-:class:`~core.settings.RealtimeSettings`, the one source of them.
+:class:`~voicelane.core.settings.RealtimeSettings`, the one source of them.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aredis
 
-from core.audio.stream import StreamEncoding
-from core.redis_clients import async_client, sync_client
-from core.rules import EngineCapabilities
-from core.settings import RealtimeSettings
+from voicelane.common.audio.stream import StreamEncoding
+from voicelane.core.redis_clients import async_client, sync_client
+from voicelane.core.rules import EngineCapabilities
+from voicelane.core.settings import RealtimeSettings
 
 PREFIX = "vl:rt:"
 REQUESTS = f"{PREFIX}requests"

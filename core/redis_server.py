@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from core.errors import RedisServerError
+from voicelane.common.errors import RedisServerError
 
 
 def free_port() -> int:

@@ -6,7 +6,7 @@ published (:class:`EngineCapabilities`: its voices, its speed range) and the enc
 sample rates. What passes here is what a worker renders: a job accepted with 202 never fails
 for a reason knowable at submission, and every front refuses the same requests.
 
-Every refusal is an :class:`~core.errors.InvalidInputError` (a subclass for voices and
+Every refusal is an :class:`~voicelane.common.errors.InvalidInputError` (a subclass for voices and
 sizes) whose message starts with the name of the field at fault and whose ``field`` names
 it, so a client can tell what to fix. Defaults live here and nowhere else: a field left out
 (``None``; gRPC's ``""`` / ``0``) means :data:`DEFAULT_VOICE`, :data:`DEFAULT_SPEED`,
@@ -21,14 +21,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from core.errors import (
+from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.errors import (
     InvalidInputError,
     TextTooLargeError,
     UnknownVoiceError,
     UnsupportedFormatError,
 )
-from core.text import has_speakable_text
-from core.text_input import (
+from voicelane.core.text import has_speakable_text
+from voicelane.core.text_input import (
     BINARY_CONTROL_RATIO,
     BOM,
     CONTROL_CHARS,
@@ -39,7 +40,6 @@ from core.text_input import (
 DEFAULT_VOICE = "auto"
 """Every engine's default voice: the engine picks by the text's script."""
 DEFAULT_SPEED = 1.0
-DEFAULT_SAMPLE_RATE_HZ = 24000
 SEED_VOICE_PREFIX = "seed:"
 """Engines that draw speakers from a seed (ChatTTS) accept any ``seed:N`` as a voice."""
 MAX_SEED = 2**63 - 1

@@ -11,14 +11,15 @@ import os
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.errors import ConfigError
-from core.rules import DEFAULT_SAMPLE_RATE_HZ, DEFAULT_VOICE
-from core.storage import StorageSettings
+from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.errors import ConfigError
+from voicelane.core.rules import DEFAULT_VOICE
+from voicelane.core.storage import StorageSettings
 
 
 class BatcherSettings(BaseModel):
-    """The dynamic batcher of one engine (see DESIGN.md): ``workers.batcher.Batcher`` takes
-    this object as its configuration."""
+    """The dynamic batcher of one engine (see DESIGN.md): ``voicelane.workers.batcher.Batcher``
+    takes this object as its configuration."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -142,7 +143,7 @@ class ServiceSettings(BaseSettings):
     @field_validator("callback_allow")
     @classmethod
     def _allow_list_parses(cls, value: str) -> str:
-        from core.callbacks import AllowList
+        from voicelane.core.callbacks import AllowList
 
         try:
             AllowList.parse(value)

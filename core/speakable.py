@@ -17,7 +17,7 @@ Markdown (inline constructs never span a line break)
       (verbatim; unmatched backticks are dropped), ``\\*`` escapes -> ``*``.
     * At a line start: indentation, ``#``-``######`` headers, ``>`` quotes, bullets
       ``- * +`` and task boxes ``[ ]``/``[x]`` after a bullet are dropped; numbered markers
-      (``1.``) stay -- :func:`core.text.split_sentences` knows them.
+      (``1.``) stay -- :func:`voicelane.core.text.split_sentences` knows them.
     * Emphasis runs of ``*``, ``_`` and ``~~`` are dropped unless they stand between two
       spaces (``2 * 3``), ``_`` inside a word (``snake_case``), ``*`` between two digits
       (``2*3``); one ``~`` (``~5 min``) stays. Runs are dropped whether or not they pair up.
@@ -39,12 +39,12 @@ Streaming
     follows it. An unclosed fence swallows the rest; :meth:`SpeakableStream.end` drops it.
 Fast first fragment
     At most once per stream, ``Cut.flush`` is True when the spoken text so far weighs at least
-    ``first_fragment_min_weight`` (a CJK character -- see :func:`core.text.contains_cjk` --
-    counts 2, any other non-space character 1) and ends at a clause break: ``， 、 ： —`` and
+    ``first_fragment_min_weight`` (a CJK character -- see :func:`voicelane.core.text.contains_cjk`
+    -- counts 2, any other non-space character 1) and ends at a clause break: ``， 、 ： —`` and
     ``。 ！ ？ ；`` at once; ASCII ``, :`` once the next character is whitespace or CJK, and
     ``. ! ? ; …`` once the next visible character confirms that
-    :func:`~core.text.split_sentences` ends a sentence there (``Dr.``, ``3.14``, ``No. 5`` do
-    not). Closing quotes/brackets after the mark stay with it; nothing is a break between two
+    :func:`~voicelane.core.text.split_sentences` ends a sentence there (``Dr.``, ``3.14``, ``No. 5``
+    do not). Closing quotes/brackets after the mark stay with it; nothing is a break between two
     digits (``3，000``). When the break lies inside a delta, the cut stops at the break and the
     rest comes with the next cut; when the break was confirmed only by the new delta, the
     flushing cut is empty (``Cut("", True)``) and the delta comes with the next cut. A stream
@@ -57,7 +57,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from core.text import MIN_MAX_CHARS, contains_cjk, split_sentences
+from voicelane.core.text import MIN_MAX_CHARS, contains_cjk, split_sentences
 
 __all__ = ["DEFAULT_FIRST_FRAGMENT_MIN_WEIGHT", "Cut", "SpeakableStream", "clean_for_speech"]
 

@@ -11,14 +11,14 @@ Rules, in order:
 * the remaining control characters (other than tab, line feed, carriage return, form feed,
   vertical tab) are removed: they cannot be spoken;
 * only whitespace → "input has no text to speak";
-* more than ``max_chars`` characters → :class:`~core.errors.TextTooLargeError`.
+* more than ``max_chars`` characters → :class:`~voicelane.common.errors.TextTooLargeError`.
 """
 
 from __future__ import annotations
 
 import re
 
-from core.errors import InvalidInputError, TextTooLargeError
+from voicelane.common.errors import InvalidInputError, TextTooLargeError
 
 BOM = "\ufeff"
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")

@@ -25,7 +25,7 @@ fi
 
 # pip is idempotent: with everything installed it only checks (a few seconds).
 echo "install-chattts: pip install -e '.[chattts]' torch==$TORCH_VERSION into $VENV"
-"$PY" -m pip install --quiet -e '.[chattts]' "torch==$TORCH_VERSION"
+"$PY" -m pip install --quiet -e ./client -e '.[chattts]' "torch==$TORCH_VERSION"
 
 has_cuda() {
     command -v nvidia-smi >/dev/null 2>&1 || return 1

@@ -19,21 +19,22 @@ Rules (DESIGN.md, "The dynamic batcher"):
   real-time ``max_wait`` instead, so a live voice waits at most one running batch.
 * Cancelled items (future cancelled, stream cancelled) and expired items (deadline passed)
   are dropped before a batch runs; their futures/streams end with
-  :class:`~core.errors.CancelledError` / :class:`~core.errors.DeadlineExceededError`. In a
-  streamed batch, an item cancelled between steps gets no more audio, and the batch stops
-  when every item in it is gone.
-* Out of memory (:class:`~core.errors.EngineOutOfMemoryError`): the batch's items go back
+  :class:`~voicelane.common.errors.CancelledError` /
+  :class:`~voicelane.common.errors.DeadlineExceededError`. In a streamed batch, an item cancelled
+  between steps gets no more audio, and the batch stops when every item in it is gone.
+* Out of memory (:class:`~voicelane.common.errors.EngineOutOfMemoryError`): the batch's items go
+back
   to the front of their queues, the effective ``max_batch`` halves (below the failed batch's
   size), and it doubles back after ``grow_after_successes`` successful batches in a row.
   A single item that still does not fit fails with the OOM error. Nothing else is lost.
 * An engine returning a different number of outputs than inputs is an
-  :class:`~core.errors.EngineOutputMismatchError` on every future of that batch.
+  :class:`~voicelane.common.errors.EngineOutputMismatchError` on every future of that batch.
 * Metrics: batch sizes, wait per class, queue depth per class, utilisation, OOM events
   (:meth:`Batcher.stats`).
 
 An engine that steps a running batch (``Engine.steps``) is scheduled per step instead
 (continuous batching, ``BatcherSettings.continuous``): rows join and leave between steps.
-Those rules are in :mod:`workers.stepping`; the rules above stay for every other engine.
+Those rules are in :mod:`voicelane.workers.stepping`; the rules above stay for every other engine.
 """
 
 from __future__ import annotations
@@ -54,8 +55,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import metrics
-from core.errors import (
+from voicelane.common.errors import (
     CancelledError,
     DeadlineExceededError,
     EngineError,
@@ -64,11 +64,12 @@ from core.errors import (
     ShuttingDownError,
     VoicelaneError,
 )
-from core.settings import BatcherSettings
-from workers.engines.base import Engine, PcmF32, Utterance
+from voicelane.core import metrics
+from voicelane.core.settings import BatcherSettings
+from voicelane.workers.engines.base import Engine, PcmF32, Utterance
 
 if TYPE_CHECKING:
-    from workers.stepping import StepLoop
+    from voicelane.workers.stepping import StepLoop
 
 log = logging.getLogger(__name__)
 
@@ -639,7 +640,7 @@ class Batcher:
             self.engine.load()
             _freeze_loaded()
             if self.continuous:
-                from workers.stepping import StepLoop
+                from voicelane.workers.stepping import StepLoop
 
                 steps = StepLoop(self)  # opens the engine's step session
         except BaseException as error:

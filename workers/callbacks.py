@@ -4,16 +4,16 @@ A callback URL is the tenant's; the worker sits on the operator's network. So th
 where a callback goes happens at connect time, on the addresses the connection uses: the
 network backend (:class:`GuardedBackend`, an ``httpcore`` backend under an ``httpx.Client``)
 resolves the host itself, refuses the connection if ANY address is forbidden
-(:func:`core.callbacks.forbidden_reason`) unless the host or the address is in the operator's
-allow-list, and then connects to one of those vetted addresses — never to a name that could
-resolve differently a second time (DNS rebinding). Numeric spellings (``0x7f000001``,
+(:func:`voicelane.core.callbacks.forbidden_reason`) unless the host or the address is in the
+operator's allow-list, and then connects to one of those vetted addresses — never to a name that
+could resolve differently a second time (DNS rebinding). Numeric spellings (``0x7f000001``,
 ``2130706433``, ``0177.0.0.1``) resolve to the address they spell and are judged by it. TLS
 still verifies the original host name (httpcore passes it as SNI).
 
 The client takes nothing from the environment (no proxies, no netrc), follows no redirects,
 and never sends URL credentials (such URLs are refused). A refusal raises
-:class:`~core.errors.InvalidInputError` (permanent: the caller must not retry); anything else
-that fails is an ``httpx`` error (transient).
+:class:`~voicelane.common.errors.InvalidInputError` (permanent: the caller must not retry); anything
+else that fails is an ``httpx`` error (transient).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 import httpcore
 import httpx
 
-from core.callbacks import (
+from voicelane.common.errors import InvalidInputError
+from voicelane.core.callbacks import (
     JOB_ID_HEADER,
     SIGNATURE_HEADER,
     AllowList,
@@ -38,7 +39,6 @@ from core.callbacks import (
     literal_ip,
     sign,
 )
-from core.errors import InvalidInputError
 
 Resolver = Callable[[str, int], Sequence[IPAddress]]
 """``(host, port) -> addresses``; raises ``OSError`` when the host does not resolve."""

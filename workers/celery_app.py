@@ -1,7 +1,8 @@
-"""The workers' Celery application: the batch lane's configuration (:mod:`core.batch_lane`)
-on an app the tasks register with (``workers/tasks.py``).
+"""The workers' Celery application: the batch lane's configuration
+(:mod:`voicelane.core.batch_lane`) on an app the tasks register with (``workers/tasks.py``).
 
-Fronts never import this module: they enqueue through :class:`core.batch_lane.CeleryEnqueue`.
+Fronts never import this module: they enqueue through
+:class:`voicelane.core.batch_lane.CeleryEnqueue`.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 from celery import Celery
 from kombu import pools
 
-from core.batch_lane import configure_celery, send_task
-from core.settings import ServiceSettings
+from voicelane.core.batch_lane import configure_celery, send_task
+from voicelane.core.settings import ServiceSettings
 
 app = Celery("voicelane")
 
@@ -37,5 +38,5 @@ def _reset_connections() -> None:
 
 
 def enqueue(task: str, *args: str | int, countdown_s: float | None = None) -> None:
-    """:class:`core.batch_lane.Enqueue` on the workers' app."""
+    """:class:`voicelane.core.batch_lane.Enqueue` on the workers' app."""
     send_task(app, task, *args, countdown_s=countdown_s)

@@ -1,7 +1,7 @@
 """The job context of this worker process, for the Celery tasks to find.
 
-``voicelane worker`` builds one :class:`~workers.jobs.JobContext` and installs it here before
-the Celery consumer starts; every task calls :func:`current`. (Its own module, so the tasks
+``voicelane worker`` builds one :class:`~voicelane.workers.jobs.JobContext` and installs it here
+before the Celery consumer starts; every task calls :func:`current`. (Its own module, so the tasks
 and the process runtime need not import each other.)
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from workers.jobs import JobContext
+from voicelane.workers.jobs import JobContext
 
 _current: JobContext | None = None
 _lock = threading.Lock()

@@ -25,9 +25,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from core import metrics
-from core.audio import AudioFormat, float_to_int16, int16_to_float, open_writer
-from core.batch_lane import (
+from voicelane.common.audio import AudioFormat, float_to_int16, int16_to_float, open_writer
+from voicelane.common.errors import CallbackError, ConfigError, InvalidInputError, is_permanent
+from voicelane.core import metrics
+from voicelane.core.batch_lane import (
     ASSEMBLE_TASK,
     CLEANUP_TASK,
     NOTIFY_TASK,
@@ -35,14 +36,13 @@ from core.batch_lane import (
     RENDER_QUEUE,
     Enqueue,
 )
-from core.callbacks import AllowList, master_secret, tenant_secret
-from core.errors import CallbackError, ConfigError, InvalidInputError, is_permanent
-from core.ledger import ChunkPlan, Job, JobState, Ledger, job_summary
-from core.settings import ServiceSettings
-from core.storage import Storage
-from core.text import Segment, contains_cjk, split_sentences
-from workers.batcher import Batcher, Priority
-from workers.callbacks import callback_client, post_callback
+from voicelane.core.callbacks import AllowList, master_secret, tenant_secret
+from voicelane.core.ledger import ChunkPlan, Job, JobState, Ledger, job_summary
+from voicelane.core.settings import ServiceSettings
+from voicelane.core.storage import Storage
+from voicelane.core.text import Segment, contains_cjk, split_sentences
+from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.callbacks import callback_client, post_callback
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
 
 def feed_render_queue(ctx: JobContext) -> int:
     """Top the ``render`` queue up to ``render_queue_target`` waiting chunks, taken from the
-    tenants' lines in turn (:meth:`core.ledger.Ledger.take_fair`), so one tenant's backlog
+    tenants' lines in turn (:meth:`voicelane.core.ledger.Ledger.take_fair`), so one tenant's backlog
     never stands between another tenant's job and the GPUs. Called after planning, after
     every chunk, and by the reconciler. Returns the chunks enqueued."""
     room = ctx.settings.render_queue_target - ctx.ledger.queue_length(RENDER_QUEUE)
@@ -271,7 +271,7 @@ def _feed_quietly(ctx: JobContext) -> None:
 
 
 def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
-    from workers.render import speech_at_rate
+    from voicelane.workers.render import speech_at_rate
 
     assert ctx.batcher is not None
     segments = [
@@ -396,9 +396,10 @@ def sweep_expired_jobs(ctx: JobContext, *, now: float | None = None, limit: int 
 
 def notify_job(ctx: JobContext, job_id: str, *, client: httpx.Client | None = None) -> int:
     """POST the final job to its callback URL, signed with the tenant's secret
-    (:mod:`core.callbacks`), through the guarded client (:mod:`workers.callbacks`). Returns
-    the HTTP status, or 0 when nothing was sent; raises CallbackError to retry (unreachable,
-    5xx, 429). A destination that may not be reached is permanent: logged, never retried."""
+    (:mod:`voicelane.core.callbacks`), through the guarded client
+    (:mod:`voicelane.workers.callbacks`). Returns the HTTP status, or 0 when nothing was sent;
+    raises CallbackError to retry (unreachable, 5xx, 429). A destination that may not be reached is
+    permanent: logged, never retried."""
     job = ctx.ledger.get(job_id)
     if job is None or not job.options.callback_url or not job.state.final:
         return 0

@@ -1,7 +1,8 @@
 """A worker's values read at scrape time: its batcher, its real-time slots, its device memory.
 
-Registered once per worker process by :mod:`workers.runtime` (see :mod:`core.metrics` for the
-event counters and histograms, which the batcher, jobs and reconciler feed as things happen).
+Registered once per worker process by :mod:`voicelane.workers.runtime` (see
+:mod:`voicelane.core.metrics` for the event counters and histograms, which the batcher, jobs and
+reconciler feed as things happen).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 
-from core.audio.opus import encode_failures_total
-from core.metrics import ReadAtScrape, gauge
-from workers.batcher import Batcher
+from voicelane.common.audio.opus import encode_failures_total
+from voicelane.core.metrics import ReadAtScrape, gauge
+from voicelane.workers.batcher import Batcher
 
 
 def batcher_families(batcher: Batcher) -> Iterable[GaugeMetricFamily]:

@@ -8,7 +8,7 @@ streams:
   abandoned ones with XAUTOCLAIM) while slots are free;
 * "realtime-loop" runs every session as an asyncio task: a session waiting for its
   sentence, for playback to catch up or for more text costs nothing;
-* "realtime-io" (:class:`workers.realtime_io.LaneIO`) sends all sessions' Redis calls —
+* "realtime-io" (:class:`voicelane.workers.realtime_io.LaneIO`) sends all sessions' Redis calls —
   output appends, cancel checks, input reads, heartbeats, the capacity report for the
   fronts' admission control — as one pipeline per round.
 
@@ -16,7 +16,7 @@ A session:
 
 1. drops the request if its deadline passed (it never reaches a batch) or the voice is
    unknown;
-2. reads its text as it arrives and cuts it into sentences (``core.text``), sentence by
+2. reads its text as it arrives and cuts it into sentences (``voicelane.core.text``), sentence by
    sentence as they complete (Converse) or all at once (Synthesize);
 3. live (``paced``, the default): submits the next sentence to the batcher only while less
    than ``lookahead_s`` of audio is ahead of playback, and encodes at most
@@ -49,16 +49,16 @@ from dataclasses import dataclass, field
 
 import redis
 
-from core.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
-from core.audio.stream import ByteStreamEncoder
-from core.errors import (
+from voicelane.common.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
+from voicelane.common.audio.stream import ByteStreamEncoder
+from voicelane.common.errors import (
     DeadlineExceededError,
     ShuttingDownError,
     UnavailableError,
     VoicelaneError,
     grpc_status_name,
 )
-from core.realtime_lane import (
+from voicelane.core.realtime_lane import (
     EventKind,
     InputKind,
     InputPiece,
@@ -67,11 +67,11 @@ from core.realtime_lane import (
     StreamRequest,
     now_ms,
 )
-from core.settings import RealtimeSettings
-from core.text import Segment, split_sentences
-from workers.batcher import AudioStream, Batcher, Priority
-from workers.engines import PcmF32, Utterance
-from workers.realtime_io import LaneIO
+from voicelane.core.settings import RealtimeSettings
+from voicelane.core.text import Segment, split_sentences
+from voicelane.workers.batcher import AudioStream, Batcher, Priority
+from voicelane.workers.engines import PcmF32, Utterance
+from voicelane.workers.realtime_io import LaneIO
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ makes one of them do each turn. Every ``reconcile_interval_s`` it looks at each 
   once; when it stalled (a lost message), too.
 
 Each pass also forgets jobs past their retention (``job_retention_s``: records and files,
-:func:`workers.jobs.sweep_expired_jobs`) and feeds the render queue
-(:func:`workers.jobs.feed_render_queue`), in case no chunk finished to do it. Duplicates are
-harmless: every task is idempotent (leases, the ``done`` set, the assembly lease).
+:func:`voicelane.workers.jobs.sweep_expired_jobs`) and feeds the render queue
+(:func:`voicelane.workers.jobs.feed_render_queue`), in case no chunk finished to do it. Duplicates
+are harmless: every task is idempotent (leases, the ``done`` set, the assembly lease).
 ``Ledger.requeue_once`` keeps a re-enqueued item from being re-enqueued again while its message
 is still waiting in the queue."""
 
@@ -25,10 +25,10 @@ import logging
 import threading
 import time
 
-from core import metrics
-from core.batch_lane import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
-from core.ledger import JobState
-from workers.jobs import JobContext, feed_render_queue, sweep_expired_jobs
+from voicelane.core import metrics
+from voicelane.core.batch_lane import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
+from voicelane.core.ledger import JobState
+from voicelane.workers.jobs import JobContext, feed_render_queue, sweep_expired_jobs
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,19 @@ from typing import Protocol
 
 import numpy as np
 
-from core.atomic import atomic_output
-from core.audio import AudioFormat, StreamResampler, open_writer, silence, validate_sample_rate
-from core.errors import DeadlineExceededError, InvalidInputError
-from core.settings import EmbeddedSettings
-from core.text import split_sentences
-from workers.batcher import Batcher, Priority
-from workers.engines import Engine, PcmF32, Utterance, create_engine
+from voicelane.common.atomic import atomic_output
+from voicelane.common.audio import (
+    AudioFormat,
+    StreamResampler,
+    open_writer,
+    silence,
+    validate_sample_rate,
+)
+from voicelane.common.errors import DeadlineExceededError, InvalidInputError
+from voicelane.core.settings import EmbeddedSettings
+from voicelane.core.text import split_sentences
+from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.engines import Engine, PcmF32, Utterance, create_engine
 
 Progress = Callable[[int, int, float], None]
 """Called after each segment: (segments done, segments total, audio seconds so far)."""
@@ -53,7 +59,7 @@ class RenderResult:
 
 
 class Speakable(Protocol):
-    """What the renderer needs of a segment (``core.text.Segment`` has it)."""
+    """What the renderer needs of a segment (``voicelane.core.text.Segment`` has it)."""
 
     @property
     def text(self) -> str: ...

@@ -7,7 +7,8 @@ range) for the fronts' request rules. A CPU worker (``--queues control,assemble`
 engine; it plans jobs, assembles and uploads files, calls callbacks and runs the reconciler.
 
 :class:`WorkerProcess` is the process's lifecycle (what starts and stops with it); the
-:class:`~workers.jobs.JobContext` it installs (:mod:`workers.context`) is what the tasks need.
+:class:`~voicelane.workers.jobs.JobContext` it installs (:mod:`voicelane.workers.context`) is what
+the tasks need.
 """
 
 from __future__ import annotations
@@ -21,19 +22,19 @@ from dataclasses import dataclass
 
 from celery.signals import worker_ready
 
-from core import metrics
-from core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
-from core.ledger import Ledger
-from core.realtime_lane import RealtimeWorkerClient
-from core.settings import WorkerSettings
-from core.storage import open_storage
-from workers import context
-from workers.batcher import Batcher
-from workers.celery_app import configure, enqueue
-from workers.jobs import JobContext, LeaseKeeper
-from workers.metrics import register_worker_metrics
-from workers.realtime import RealtimeConsumer
-from workers.reconciler import Reconciler
+from voicelane.core import metrics
+from voicelane.core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
+from voicelane.core.ledger import Ledger
+from voicelane.core.realtime_lane import RealtimeWorkerClient
+from voicelane.core.settings import WorkerSettings
+from voicelane.core.storage import open_storage
+from voicelane.workers import context
+from voicelane.workers.batcher import Batcher
+from voicelane.workers.celery_app import configure, enqueue
+from voicelane.workers.jobs import JobContext, LeaseKeeper
+from voicelane.workers.metrics import register_worker_metrics
+from voicelane.workers.realtime import RealtimeConsumer
+from voicelane.workers.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def start_worker_process(
     jobs.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
     process = WorkerProcess(jobs)
     if RENDER_QUEUE in queues:
-        from workers.engines import create_engine
+        from voicelane.workers.engines import create_engine
 
         engine = create_engine(settings.engine, device=settings.device)
         jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
@@ -106,7 +107,7 @@ def _reload_on_sighup(batcher: Batcher) -> None:
 
 def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     """Run a Celery worker (threads pool) on ``settings.queues`` until it is stopped."""
-    from workers import tasks  # noqa: F401 - registers the tasks
+    from voicelane.workers import tasks  # noqa: F401 - registers the tasks
 
     queues = [q.strip() for q in settings.queues.split(",") if q.strip()]
     unknown = set(queues) - {CONTROL_QUEUE, RENDER_QUEUE, ASSEMBLE_QUEUE}

@@ -2,7 +2,7 @@
 
 When the engine sets ``steps = True`` and ``BatcherSettings.continuous`` is on, the
 batcher's scheduler thread runs :class:`StepLoop` instead of static batches. The loop owns
-one :class:`~workers.engines.base.StepSession` and works step by step; rows join and leave
+one :class:`~voicelane.workers.engines.base.StepSession` and works step by step; rows join and leave
 between steps. It shares the batcher's queues, lock, counters and helpers (sweeping, fair
 heads, requeueing, reloading): it is the batcher's other half, kept in its own module.
 
@@ -17,7 +17,7 @@ Rules (``docs/batcher.md``, "Continuous batching"):
   fewer than ``capacity`` rows in all, paused ones included. Every row also needs
   ``StepSession.fits``; a queued real-time item that does not fit stops all admission
   (nothing batch takes memory ahead of it), and an item that does not fit an empty session
-  fails with :class:`~core.errors.EngineOutOfMemoryError`.
+  fails with :class:`~voicelane.common.errors.EngineOutOfMemoryError`.
 * The step set: real-time rows in admission order, then batch rows in admission order, cut
   at ``capacity``. Batch rows beyond it are *paused*: not stepped, keeping their state, and
   resumed when room frees. That is how a real-time row gets into a batch full of batch-lane
@@ -29,7 +29,7 @@ Rules (``docs/batcher.md``, "Continuous batching"):
   step again. Where a step costs about the same whatever its rows (a GPU), it never does.
 * After each step, rows whose stream or future was cancelled, or whose deadline passed, are
   removed from the session: a cancelled stream just ends, an expired row fails with
-  :class:`~core.errors.DeadlineExceededError`. Other rows are unaffected.
+  :class:`~voicelane.common.errors.DeadlineExceededError`. Other rows are unaffected.
 * Out of memory (nothing of the failed step was committed): ``capacity`` becomes half of
   ``min(capacity, step set size)``; the rows of the step set beyond it (youngest batch rows
   first, then youngest real-time rows) leave the session: those that already streamed audio
@@ -37,12 +37,12 @@ Rules (``docs/batcher.md``, "Continuous batching"):
   later. A step set of one row that still does not fit fails that row. Capacity doubles back
   (up to ``max_batch``) after ``grow_after_successes`` *rows completed* since the last OOM.
 * Any other engine failure fails every row of the session with
-  :class:`~core.errors.EngineError` (or the engine's own typed error); the session is closed
-  and a new one opened; queued work goes on.
+  :class:`~voicelane.common.errors.EngineError` (or the engine's own typed error); the session is
+  closed and a new one opened; queued work goes on.
 * A reload (:meth:`Batcher.reload`) stops admission, lets the running rows finish, then
   closes the session, reloads the engine and opens a new session. ``close(drain=True)``
   steps until the queues and the session are empty; ``close(drain=False)`` fails running
-  and queued rows with :class:`~core.errors.ShuttingDownError`.
+  and queued rows with :class:`~voicelane.common.errors.ShuttingDownError`.
 * Metrics: ``batches`` counts steps, ``batch_sizes`` is the histogram of step-set sizes,
   ``items`` counts admitted rows (a row put back after an OOM counts again), waits are
   submit → admission, busy time is time inside ``StepSession.step``, ``paused`` the rows
@@ -60,8 +60,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import metrics
-from core.errors import (
+from voicelane.common.errors import (
     CancelledError,
     DeadlineExceededError,
     EngineError,
@@ -69,11 +68,12 @@ from core.errors import (
     ShuttingDownError,
     VoicelaneError,
 )
-from workers.batcher import Priority, _Item
-from workers.engines.base import StepEvent, StepSession
+from voicelane.core import metrics
+from voicelane.workers.batcher import Priority, _Item
+from voicelane.workers.engines.base import StepEvent, StepSession
 
 if TYPE_CHECKING:
-    from workers.batcher import Batcher
+    from voicelane.workers.batcher import Batcher
 
 log = logging.getLogger(__name__)
 

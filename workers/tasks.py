@@ -1,4 +1,4 @@
-"""Celery tasks: thin. Parse ids, call a plain function in ``workers.jobs``, map errors.
+"""Celery tasks: thin. Parse ids, call a plain function in ``voicelane.workers.jobs``, map errors.
 
 Permanent errors end the job (the job functions do that themselves); anything else is
 retried with exponential backoff and jitter, up to ``max_chunk_attempts`` for chunks (the
@@ -13,11 +13,17 @@ import random
 
 from celery import Task
 
-from core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, NOTIFY_TASK, PLAN_TASK, RENDER_CHUNK_TASK
-from core.errors import is_permanent
-from workers.celery_app import app
-from workers.context import current as context
-from workers.jobs import (
+from voicelane.common.errors import is_permanent
+from voicelane.core.batch_lane import (
+    ASSEMBLE_TASK,
+    CLEANUP_TASK,
+    NOTIFY_TASK,
+    PLAN_TASK,
+    RENDER_CHUNK_TASK,
+)
+from voicelane.workers.celery_app import app
+from voicelane.workers.context import current as context
+from voicelane.workers.jobs import (
     assemble_job,
     cleanup_job,
     fail_job,

@@ -2,7 +2,7 @@
 at submission.
 
 The check here is early, for a clear 422; the worker checks again, authoritatively, on the
-addresses it connects to (:mod:`workers.callbacks`). At submission a literal address, or a
+addresses it connects to (:mod:`voicelane.workers.callbacks`). At submission a literal address, or a
 host whose addresses (resolved within :data:`RESOLVE_TIMEOUT_S`) are all forbidden, is
 refused unless the operator allows it; a host that does not resolve in time is accepted.
 """
@@ -18,8 +18,9 @@ import httpx
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from api.deps import State, Tenant
-from core.callbacks import (
+from voicelane.api.deps import State, Tenant
+from voicelane.common.errors import InvalidInputError, NotFoundError
+from voicelane.core.callbacks import (
     SIGNATURE_HEADER,
     SIGNATURE_SCHEME,
     AllowList,
@@ -32,8 +33,7 @@ from core.callbacks import (
     refusal,
     tenant_secret,
 )
-from core.errors import InvalidInputError, NotFoundError
-from core.settings import ApiSettings
+from voicelane.core.settings import ApiSettings
 
 router = APIRouter(tags=["callbacks"])
 

@@ -38,13 +38,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, chat
-from api.deps import State, Tenant
-from api.llm import ChatTurn, LlmReply, LlmStats
-from api.routes.speech import OPENAI_VOICES, openai_body
-from api.streams import StreamAsk
-from core.audio.stream import StreamEncoding
-from core.errors import (
+from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, chat
+from voicelane.api.deps import State, Tenant
+from voicelane.api.llm import ChatTurn, LlmReply, LlmStats
+from voicelane.api.routes.speech import OPENAI_VOICES, openai_body
+from voicelane.api.streams import StreamAsk
+from voicelane.common.audio.stream import StreamEncoding
+from voicelane.common.errors import (
     InvalidInputError,
     VoicelaneError,
     grpc_status_name,

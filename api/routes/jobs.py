@@ -1,6 +1,6 @@
 """Batch jobs over REST: submit, look up, list, download, cancel; and the engine's voices.
 
-A job is checked by the request rules (:mod:`core.rules`, against the workers' engine)
+A job is checked by the request rules (:mod:`voicelane.core.rules`, against the workers' engine)
 before anything is written: a job accepted with 202 never fails for a reason knowable at
 submission, and a rejected one leaves the ledger and the queues exactly as they were.
 """
@@ -14,11 +14,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from api.deps import ApiState, State, Tenant, blocking
-from api.routes.callbacks import check_callback
-from core.audio import AudioFormat, format_from_name
-from core.audio.files import allowed_sample_rates
-from core.errors import (
+from voicelane.api.deps import ApiState, State, Tenant, blocking
+from voicelane.api.routes.callbacks import check_callback
+from voicelane.common.audio import AudioFormat, format_from_name
+from voicelane.common.audio.files import allowed_sample_rates
+from voicelane.common.errors import (
     InvalidInputError,
     JobStateError,
     MalformedRequestError,
@@ -26,11 +26,11 @@ from core.errors import (
     UnsupportedFormatError,
     UnsupportedMediaTypeError,
 )
-from core.ledger import Job, JobOptions, JobState
-from core.ledger import job_summary as ledger_job_summary
-from core.rules import check_speech_options, check_speech_text
-from core.settings import ApiSettings
-from core.text_input import check_encodable, decode_text
+from voicelane.core.ledger import Job, JobOptions, JobState
+from voicelane.core.ledger import job_summary as ledger_job_summary
+from voicelane.core.rules import check_speech_options, check_speech_text
+from voicelane.core.settings import ApiSettings
+from voicelane.core.text_input import check_encodable, decode_text
 
 router = APIRouter(tags=["jobs"])
 
@@ -136,7 +136,7 @@ async def _read_job_request(request: Request, settings: ApiSettings) -> tuple[Jo
     """The request body, and the name of the field its text came in."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
-        raw = await request.body()  # bounded while it streams in (api.body_limit)
+        raw = await request.body()  # bounded while it streams in (voicelane.api.body_limit)
         if len(raw) > settings.max_upload_bytes + 4096:
             raise TextTooLargeError(f"request body is over {settings.max_upload_bytes} bytes")
         try:

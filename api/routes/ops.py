@@ -16,10 +16,10 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from api.deps import ApiState, State, blocking
-from core.batch_lane import QUEUES
-from core.errors import AuthError, JobNotFoundError
-from core.storage import LocalStorage
+from voicelane.api.deps import ApiState, State, blocking
+from voicelane.common.errors import AuthError, JobNotFoundError
+from voicelane.core.batch_lane import QUEUES
+from voicelane.core.storage import LocalStorage
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The real-time lane on the REST app: a WebSocket stream and OpenAI's speech API.
 
-Both are thin adapters over the stream gateway (:mod:`api.streams`), like the gRPC front:
+Both are thin adapters over the stream gateway (:mod:`voicelane.api.streams`), like the gRPC front:
 the same request rules, admission, relay with its liveness rules, and a cancel mark when
 the client leaves early.
 
@@ -47,13 +47,13 @@ from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatText, chat
-from api.deps import State, Tenant
-from api.failures import service_error
-from api.llm import ChatTurn
-from api.streams import Stream, StreamAsk, StreamChunk
-from core.audio.stream import StreamEncoding
-from core.errors import (
+from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatText, chat
+from voicelane.api.deps import State, Tenant
+from voicelane.api.failures import service_error
+from voicelane.api.llm import ChatTurn
+from voicelane.api.streams import Stream, StreamAsk, StreamChunk
+from voicelane.common.audio.stream import StreamEncoding
+from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
     MalformedRequestError,
@@ -91,7 +91,7 @@ _WS_CLOSE = {
 async def openai_body(request: Request, model: type[Body], what: str) -> Body:
     """An OpenAI route's JSON body: over ``MAX_SPEECH_BODY_BYTES`` 413, not JSON 400, not the
     model's shape 422 naming the first field at fault."""
-    raw = await request.body()  # bounded while it streams in (api.body_limit)
+    raw = await request.body()  # bounded while it streams in (voicelane.api.body_limit)
     if len(raw) > MAX_SPEECH_BODY_BYTES:
         raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
     try:

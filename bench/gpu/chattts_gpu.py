@@ -56,12 +56,12 @@ import torch  # noqa: E402
 
 from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
 from bench.tables import header  # noqa: E402
-from core.settings import BatcherSettings  # noqa: E402
 from tests.support.chattts_checkpoint import FULL, TINY, build_checkpoint  # noqa: E402
-from workers.batcher import Batcher, Priority  # noqa: E402
-from workers.engines import Utterance  # noqa: E402
-from workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from workers.engines.chattts_config import ChatTTSSettings  # noqa: E402
+from voicelane.core.settings import BatcherSettings  # noqa: E402
+from voicelane.workers.batcher import Batcher, Priority  # noqa: E402
+from voicelane.workers.engines import Utterance  # noqa: E402
+from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
+from voicelane.workers.engines.chattts_config import ChatTTSSettings  # noqa: E402
 
 STEP_SAMPLES = 512
 STEP_S = STEP_SAMPLES / 24000
@@ -354,8 +354,8 @@ def live_load(directory: Path, options: Options, report: Report, metrics_path: P
     ``metrics_path`` and its key lines printed."""
     from prometheus_client import generate_latest
 
-    from core import metrics
-    from workers.metrics import register_worker_metrics
+    from voicelane.core import metrics
+    from voicelane.workers.metrics import register_worker_metrics
 
     engine = engine_for(directory, options)
     config = BatcherSettings(max_batch=64)

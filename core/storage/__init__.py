@@ -4,25 +4,26 @@ Finished audio files and chunk parts live under keys ``{tenant}/{job_id}/...``. 
 implement :class:`Storage`; :func:`open_storage` picks one from :class:`StorageSettings`.
 ``docs/storage.md`` is the long form of these docstrings. One module per concern:
 
-- :mod:`core.storage.base`: the :class:`Storage` interface, :class:`StoredObject`, and the key,
+- :mod:`voicelane.core.storage.base`: the :class:`Storage` interface, :class:`StoredObject`, and the
+key,
   prefix, content-type, file-name and link-expiry rules both backends share;
-- :mod:`core.storage.settings`: :class:`StorageSettings` (``VOICELANE_STORAGE_*``);
-- :mod:`core.storage.local`: :class:`LocalStorage`, a directory, with HMAC-signed links;
-- :mod:`core.storage.s3`: :class:`S3Storage`, through boto3 (imported lazily, on the first
-  client: ``import core.storage`` does not import boto3).
+- :mod:`voicelane.core.storage.settings`: :class:`StorageSettings` (``VOICELANE_STORAGE_*``);
+- :mod:`voicelane.core.storage.local`: :class:`LocalStorage`, a directory, with HMAC-signed links;
+- :mod:`voicelane.core.storage.s3`: :class:`S3Storage`, through boto3 (imported lazily, on the first
+  client: ``import voicelane.core.storage`` does not import boto3).
 
-Everything public is re-exported here: import it from ``core.storage``.
+Everything public is re-exported here: import it from ``voicelane.core.storage``.
 
 Errors
 ------
-Every error is a :class:`~core.errors.VoicelaneError` with a one-line message. Network
+Every error is a :class:`~voicelane.common.errors.VoicelaneError` with a one-line message. Network
 failures, timeouts and 5xx/throttling answers are :class:`StorageUnavailableError`
 (transient: Celery retries them); a missing object is :class:`StorageNotFoundError`.
 """
 
 from __future__ import annotations
 
-from core.storage.base import (
+from voicelane.core.storage.base import (
     DEFAULT_CONTENT_TYPE,
     DEFAULT_PART_SIZE_BYTES,
     MAX_FILENAME_CHARS,
@@ -40,15 +41,15 @@ from core.storage.base import (
     validate_key,
     validate_prefix,
 )
-from core.storage.local import STALE_TEMP_AGE_S, LocalStorage
-from core.storage.s3 import (
+from voicelane.core.storage.local import STALE_TEMP_AGE_S, LocalStorage
+from voicelane.core.storage.s3 import (
     ABORT_AFTER_DAYS,
     ABORT_RULE_ID,
     MAX_PARTS,
     SHA256_METADATA_KEY,
     S3Storage,
 )
-from core.storage.settings import LocalStorageSettings, S3Settings, StorageSettings
+from voicelane.core.storage.settings import LocalStorageSettings, S3Settings, StorageSettings
 
 __all__ = [
     "ABORT_AFTER_DAYS",

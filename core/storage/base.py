@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
 
-from core.errors import InvalidInputError, InvalidKeyError
+from voicelane.common.errors import InvalidInputError, InvalidKeyError
 
 MIB = 1024 * 1024
 DEFAULT_PART_SIZE_BYTES = 8 * MIB
@@ -105,7 +105,8 @@ def link_expiry_s(expires_s: int) -> int:
     return min(expires_s, MAX_LINK_EXPIRY_S)
 
 
-def _check_part_size(part_size_bytes: int) -> None:
+def check_part_size(part_size_bytes: int) -> None:
+    """Raise ValueError for a multipart part size outside what S3 accepts (both backends)."""
     if not MIN_PART_SIZE_BYTES <= part_size_bytes <= MAX_PART_SIZE_BYTES:
         raise ValueError(
             f"part_size_bytes must be {MIN_PART_SIZE_BYTES}..{MAX_PART_SIZE_BYTES}, "
@@ -113,7 +114,7 @@ def _check_part_size(part_size_bytes: int) -> None:
         )
 
 
-def _hash_file(path: Path) -> tuple[int, str]:
+def hash_file(path: Path) -> tuple[int, str]:
     """``(size_bytes, sha256 hex)`` of a file, read in blocks."""
     hasher = hashlib.sha256()
     size_bytes = 0
@@ -124,7 +125,8 @@ def _hash_file(path: Path) -> tuple[int, str]:
     return size_bytes, hasher.hexdigest()
 
 
-def _read_blocks(source: BinaryIO) -> Iterator[bytes]:
+def read_blocks(source: BinaryIO) -> Iterator[bytes]:
+    """``source`` in blocks of a fixed size, until it is exhausted."""
     while block := source.read(_READ_BLOCK_BYTES):
         yield block
 

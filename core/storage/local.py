@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from core.errors import (
+from voicelane.common.errors import (
     InvalidInputError,
     InvalidKeyError,
     LinkExpiredError,
@@ -39,21 +39,21 @@ from core.errors import (
     StorageNotFoundError,
     StorageUnavailableError,
 )
-from core.storage.base import (
+from voicelane.core.storage.base import (
     DEFAULT_CONTENT_TYPE,
     DEFAULT_PART_SIZE_BYTES,
     Storage,
     StoredObject,
-    _check_part_size,
-    _hash_file,
-    _read_blocks,
+    check_part_size,
+    hash_file,
     link_expiry_s,
+    read_blocks,
     validate_content_type,
     validate_filename,
     validate_key,
     validate_prefix,
 )
-from core.storage.settings import LocalStorageSettings
+from voicelane.core.storage.settings import LocalStorageSettings
 
 log = logging.getLogger(__name__)
 
@@ -187,9 +187,9 @@ class LocalStorage(Storage):
     ) -> StoredObject:
         validate_key(key)
         validate_content_type(content_type)
-        _check_part_size(part_size_bytes)  # unused here; validated so both backends agree
+        check_part_size(part_size_bytes)  # unused here; validated so both backends agree
         with Path(path).open("rb") as source:  # a missing source raises here, unwrapped
-            return self._write(key, _read_blocks(source), content_type)
+            return self._write(key, read_blocks(source), content_type)
 
     def _write(self, key: str, blocks: Iterable[bytes], content_type: str) -> StoredObject:
         validate_key(key)
@@ -276,7 +276,7 @@ class LocalStorage(Storage):
             sidecar = self._read_sidecar(key)
             if sidecar is not None and sidecar.describes(st):
                 return StoredObject(key, st.st_size, sidecar.sha256, sidecar.content_type)
-            size_bytes, sha256 = _hash_file(self._object_path(key))
+            size_bytes, sha256 = hash_file(self._object_path(key))
             content_type = sidecar.content_type if sidecar is not None else DEFAULT_CONTENT_TYPE
             return StoredObject(key, size_bytes, sha256, content_type)
 

@@ -31,27 +31,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from core.errors import (
+from voicelane.common.errors import (
     StorageConfigError,
     StorageError,
     StorageIntegrityError,
     StorageNotFoundError,
     StorageUnavailableError,
 )
-from core.storage.base import (
+from voicelane.core.storage.base import (
     DEFAULT_CONTENT_TYPE,
     DEFAULT_PART_SIZE_BYTES,
     Storage,
     StoredObject,
-    _check_part_size,
-    _hash_file,
+    check_part_size,
     content_disposition,
+    hash_file,
     link_expiry_s,
     validate_content_type,
     validate_key,
     validate_prefix,
 )
-from core.storage.settings import S3Settings
+from voicelane.core.storage.settings import S3Settings
 
 if TYPE_CHECKING:
     import boto3.session
@@ -322,9 +322,9 @@ class S3Storage(Storage):
     ) -> StoredObject:
         validate_key(key)
         validate_content_type(content_type)
-        _check_part_size(part_size_bytes)
+        check_part_size(part_size_bytes)
         source = Path(path)
-        size_bytes, sha256 = _hash_file(source)
+        size_bytes, sha256 = hash_file(source)
         if size_bytes <= part_size_bytes:
             stored = self.put_bytes(key, source.read_bytes(), content_type=content_type)
             if stored.sha256 != sha256:

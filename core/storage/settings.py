@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.storage.base import MAX_LINK_EXPIRY_S
+from voicelane.core.storage.base import MAX_LINK_EXPIRY_S
 
 
 class LocalStorageSettings(BaseModel):

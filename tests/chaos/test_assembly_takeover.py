@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.ledger import Ledger
-from core.redis_server import RedisServer
 from tests.support.stack import ACME_KEY, Stack, wait_for
+from voicelane.core.ledger import Ledger
+from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

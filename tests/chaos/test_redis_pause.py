@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.redis_server import RedisServer
 from tests.support.stack import ACME_KEY, Stack, wait_for
+from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -17,11 +17,11 @@ import grpc
 import pytest
 import redis
 
-from core.realtime_lane import GROUP, REQUESTS
-from core.redis_server import RedisServer
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, Stack, wait_for
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.realtime_lane import GROUP, REQUESTS
+from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

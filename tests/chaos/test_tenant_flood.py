@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from core.redis_server import RedisServer
 from tests.support.flood import LIVE_TEXT, QUOTAS, SMALL_JOB, Flood, job_seconds, stream_seconds
 from tests.support.stack import ACME_KEY, OTHER_KEY, Stack
+from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -24,11 +24,11 @@ import grpc
 import httpx
 import pytest
 
-from api.stack import grpc_serving
-from core.redis_server import free_port
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, API_KEYS, ROOT, wait_for
+from voicelane.api.stack import grpc_serving
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.redis_server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -170,7 +170,7 @@ def up(tmp_path: Path) -> Iterator[Up]:
             "VOICELANE_METRICS_BASE_PORT": str(free_port()),  # and the next two
         }
     )
-    command = [sys.executable, "-m", "api.cli", "up", "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "voicelane.api.cli", "up", "--state-dir", str(state_dir)]
     with output.open("wb") as out:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     stack = Up(process, state_dir, output, api_port, grpc_port, flower_port)

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.storage import S3Settings, S3Storage
 from tests.support.s3_server import S3Endpoint, running_s3_server
+from voicelane.core.storage import S3Settings, S3Storage
 
 
 @pytest.fixture(scope="session")

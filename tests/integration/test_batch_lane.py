@@ -15,16 +15,16 @@ from typing import Any
 import httpx
 import pytest
 
-from core.audio import AudioFormat, probe
-from core.callbacks import tenant_secret, verify
-from core.ledger import Ledger
-from core.redis_server import RedisServer
-from core.settings import EmbeddedSettings
-from core.storage import S3Storage
 from tests.integration.conftest import s3_settings
 from tests.support.s3_server import S3Endpoint
 from tests.support.stack import OTHER_KEY, Stack, wait_for
-from workers.render import EmbeddedRenderer
+from voicelane.common.audio import AudioFormat, probe
+from voicelane.core.callbacks import tenant_secret, verify
+from voicelane.core.ledger import Ledger
+from voicelane.core.redis_server import RedisServer
+from voicelane.core.settings import EmbeddedSettings
+from voicelane.core.storage import S3Storage
+from voicelane.workers.render import EmbeddedRenderer
 
 pytestmark = pytest.mark.integration
 

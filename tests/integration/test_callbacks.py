@@ -15,12 +15,12 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from api.rest import create_app
-from core.callbacks import SIGNATURE_HEADER, master_secret, tenant_secret, verify
-from core.redis_server import RedisServer
-from core.settings import ApiSettings
-from core.storage import LocalStorage, LocalStorageSettings
 from tests.support.stack import Stack, wait_for
+from voicelane.api.rest import create_app
+from voicelane.core.callbacks import SIGNATURE_HEADER, master_secret, tenant_secret, verify
+from voicelane.core.redis_server import RedisServer
+from voicelane.core.settings import ApiSettings
+from voicelane.core.storage import LocalStorage, LocalStorageSettings
 
 pytestmark = pytest.mark.integration
 

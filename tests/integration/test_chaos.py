@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from core.ledger import Ledger
-from core.redis_server import RedisServer
-from core.storage import S3Storage
 from tests.integration.conftest import s3_settings
 from tests.integration.test_batch_lane import s3_env, wait_final
 from tests.support.s3_server import S3Endpoint
 from tests.support.stack import Stack, wait_for
+from voicelane.core.ledger import Ledger
+from voicelane.core.redis_server import RedisServer
+from voicelane.core.storage import S3Storage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -23,14 +23,14 @@ import pytest
 import redis
 import websockets
 
-from core.audio import OpusStreamDecoder
-from core.realtime_lane import lane_request_id, output_key
-from core.redis_server import RedisServer, free_port
-from core.speakable import clean_for_speech
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
-from tests.support.ollama_standin import OllamaStandin, StandinConfig, default_reply
 from tests.support.stack import ACME_KEY, Stack, wait_for
+from voicelane.api.ollama_standin import OllamaStandin, StandinConfig, default_reply
+from voicelane.common.audio import OpusStreamDecoder
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.realtime_lane import lane_request_id, output_key
+from voicelane.core.redis_server import RedisServer, free_port
+from voicelane.core.speakable import clean_for_speech
 
 pytestmark = pytest.mark.integration
 
@@ -326,7 +326,7 @@ def test_the_cli_chat_writes_the_spoken_reply(lane: Stack, tmp_path: Path) -> No
 
     output = tmp_path / "reply.wav"
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "chat", QUESTION, "-o", str(output),
+        [sys.executable, "-m", "voicelane.api.cli", "chat", QUESTION, "-o", str(output),
          "--server", lane.grpc_target, "--key", ACME_KEY],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

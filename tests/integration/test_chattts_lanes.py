@@ -11,15 +11,15 @@ import grpc
 import httpx
 import pytest
 
-from core.audio import OpusStreamDecoder, probe
-from core.redis_server import RedisServer
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.integration.test_batch_lane import wait_final
 from tests.support.chattts_checkpoint import build_checkpoint
-from tests.support.ollama_standin import OllamaStandin, StandinConfig
 from tests.support.stack import ACME_KEY, Stack
 from tests.unit.workers.engines.conftest import require_chattts_extra
+from voicelane.api.ollama_standin import OllamaStandin, StandinConfig
+from voicelane.common.audio import OpusStreamDecoder, probe
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

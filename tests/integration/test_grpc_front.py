@@ -23,9 +23,12 @@ import redis
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from api.grpc_front import Front, serve, start_front, stop_front
-from core.audio import OpusStreamDecoder
-from core.realtime_lane import (
+from tests.support.fake_rt_worker import FakeRealtimeWorker, FakeWorkerKnobs
+from voicelane.api.grpc_front import Front, serve, start_front, stop_front
+from voicelane.common.audio import OpusStreamDecoder
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.realtime_lane import (
     CAPABILITIES_KEY,
     REQUESTS,
     RealtimeClient,
@@ -36,15 +39,12 @@ from core.realtime_lane import (
     now_ms,
     tenant_key,
 )
-from core.redis_server import free_port
-from core.rules import EngineCapabilities, VoiceInfo
-from core.settings import GrpcSettings, RealtimeSettings
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
-from tests.support.fake_rt_worker import FakeRealtimeWorker, FakeWorkerKnobs
+from voicelane.core.redis_server import free_port
+from voicelane.core.rules import EngineCapabilities, VoiceInfo
+from voicelane.core.settings import GrpcSettings, RealtimeSettings
 
 if TYPE_CHECKING:
-    from core.wire.speech_pb2_grpc import SpeechAsyncStub
+    from voicelane.common.wire.speech_pb2_grpc import SpeechAsyncStub
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.audio import probe
-from core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
-from core.errors import EngineError
-from core.ledger import JobOptions, JobState, Ledger
-from core.settings import ServiceSettings
-from core.storage import LocalStorage, LocalStorageSettings
 from tests.support.engines import RecordingEngine
-from workers.batcher import Batcher
-from workers.engines import Utterance
-from workers.engines.espeak import EspeakEngine
-from workers.jobs import (
+from voicelane.common.audio import probe
+from voicelane.common.errors import EngineError
+from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
+from voicelane.core.ledger import JobOptions, JobState, Ledger
+from voicelane.core.settings import ServiceSettings
+from voicelane.core.storage import LocalStorage, LocalStorageSettings
+from voicelane.workers.batcher import Batcher
+from voicelane.workers.engines import Utterance
+from voicelane.workers.engines.espeak import EspeakEngine
+from voicelane.workers.jobs import (
     JobContext,
     assemble_job,
     parts_prefix,
@@ -28,7 +28,7 @@ from workers.jobs import (
     render_chunk,
     sweep_expired_jobs,
 )
-from workers.reconciler import reconcile_once
+from voicelane.workers.reconciler import reconcile_once
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.errors import JobNotFoundError, QuotaExceededError
-from core.ledger import ChunkPlan, JobOptions, JobState, Ledger
 from tests.support.stack import wait_for
+from voicelane.common.errors import JobNotFoundError, QuotaExceededError
+from voicelane.core.ledger import ChunkPlan, JobOptions, JobState, Ledger
 
 pytestmark = pytest.mark.integration
 

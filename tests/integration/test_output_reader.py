@@ -1,4 +1,4 @@
-"""The fronts' output reader (:mod:`api.output_reader`) against a real redis-server: many
+"""The fronts' output reader (:mod:`voicelane.api.output_reader`) against a real redis-server: many
 streams through one XREAD per round (counted by Redis itself), order and completeness per
 stream, the wake of a pending read, backpressure, errors (Redis stopped, paused) and recovery,
 unsubscribe and shutdown. Output is written the way workers write it (XADD of
@@ -17,10 +17,10 @@ from typing import Any, cast
 import pytest
 import redis
 
-from api.failures import service_error
-from api.output_reader import OutputReader, Subscription
-from core.errors import ShuttingDownError, UnavailableError
-from core.realtime_lane import (
+from voicelane.api.failures import service_error
+from voicelane.api.output_reader import OutputReader, Subscription
+from voicelane.common.errors import ShuttingDownError, UnavailableError
+from voicelane.core.realtime_lane import (
     WAKE_TTL_S,
     EventKind,
     OutputEvent,
@@ -28,7 +28,7 @@ from core.realtime_lane import (
     output_key,
     wake_key,
 )
-from core.redis_server import RedisServer
+from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -27,12 +27,12 @@ import pytest
 import websockets
 import yaml
 
-from api.stack import _target, _write_targets
-from core.redis_server import RedisServer, free_port
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
-from tests.support.ollama_standin import OllamaStandin, StandinConfig
 from tests.support.stack import ACME_KEY, ROOT, Stack, wait_for
+from voicelane.api.ollama_standin import OllamaStandin, StandinConfig
+from voicelane.api.stack import _target, _write_targets
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.redis_server import RedisServer, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,14 +19,14 @@ import pytest
 import redis
 import websockets
 
-from core.audio import AudioFormat, OpusStreamDecoder, decode_to_pcm
-from core.realtime_lane import REQUESTS, heartbeat_key, lane_request_id, owner_key
-from core.redis_server import RedisServer
-from core.settings import EmbeddedSettings
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, ROOT, Stack, wait_for
-from workers.render import EmbeddedRenderer
+from voicelane.common.audio import AudioFormat, OpusStreamDecoder, decode_to_pcm
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.realtime_lane import REQUESTS, heartbeat_key, lane_request_id, owner_key
+from voicelane.core.redis_server import RedisServer
+from voicelane.core.settings import EmbeddedSettings
+from voicelane.workers.render import EmbeddedRenderer
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +201,7 @@ def test_openai_speech_refuses_bad_input_with_json(fast_lane: Stack) -> None:
 def test_say_through_the_server_writes_the_streamed_audio(fast_lane: Stack, tmp_path: Path) -> None:
     out = tmp_path / "said.wav"
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "say", PARAGRAPH, "-o", str(out), "--server",
+        [sys.executable, "-m", "voicelane.api.cli", "say", PARAGRAPH, "-o", str(out), "--server",
          fast_lane.grpc_target, "--key", ACME_KEY],
         capture_output=True, text=True, timeout=120, cwd=ROOT, check=False,
         env={**fast_lane.env},

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import redis
 
-from core.audio import OpusStreamDecoder
-from core.realtime_lane import (
+from tests.support.engines import RecordingEngine
+from tests.support.stack import wait_for
+from voicelane.common.audio import OpusStreamDecoder
+from voicelane.core.realtime_lane import (
     GROUP,
     REQUESTS,
     EventKind,
@@ -29,13 +31,11 @@ from core.realtime_lane import (
     now_ms,
     output_key,
 )
-from core.settings import RealtimeSettings
-from tests.support.engines import RecordingEngine
-from tests.support.stack import wait_for
-from workers.batcher import Batcher
-from workers.engines import Utterance
-from workers.engines.espeak import EspeakEngine
-from workers.realtime import RealtimeConsumer, SentenceCutter
+from voicelane.core.settings import RealtimeSettings
+from voicelane.workers.batcher import Batcher
+from voicelane.workers.engines import Utterance
+from voicelane.workers.engines.espeak import EspeakEngine
+from voicelane.workers.realtime import RealtimeConsumer, SentenceCutter
 
 pytestmark = pytest.mark.integration
 

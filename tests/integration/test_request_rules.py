@@ -21,10 +21,10 @@ import httpx
 import pytest
 import websockets
 
-from core.redis_server import RedisServer
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, Stack, wait_for
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from api.rest import create_app
-from core.batch_lane import QUEUES, CeleryEnqueue
-from core.settings import ApiSettings
-from core.storage import LocalStorage, LocalStorageSettings
+from voicelane.api.rest import create_app
+from voicelane.core.batch_lane import QUEUES, CeleryEnqueue
+from voicelane.core.settings import ApiSettings
+from voicelane.core.storage import LocalStorage, LocalStorageSettings
 
 pytestmark = pytest.mark.integration
 

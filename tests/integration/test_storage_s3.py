@@ -1,4 +1,5 @@
-"""core.storage.S3Storage against a real S3-protocol HTTP server (moto's, see tests/support).
+"""voicelane.core.storage.S3Storage against a real S3-protocol HTTP server (moto's, see
+tests/support).
 
 What moto does not check is said where it matters: presigned URL expiry and signatures,
 Content-MD5, and lifecycle rules are accepted but never enforced by it.
@@ -20,7 +21,9 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from core.errors import (
+from tests.integration.conftest import s3_settings
+from tests.support.s3_server import S3Endpoint
+from voicelane.common.errors import (
     InvalidInputError,
     InvalidKeyError,
     StorageError,
@@ -28,7 +31,7 @@ from core.errors import (
     StorageNotFoundError,
     StorageUnavailableError,
 )
-from core.storage import (
+from voicelane.core.storage import (
     ABORT_RULE_ID,
     MAX_LINK_EXPIRY_S,
     MIB,
@@ -36,8 +39,6 @@ from core.storage import (
     StorageSettings,
     open_storage,
 )
-from tests.integration.conftest import s3_settings
-from tests.support.s3_server import S3Endpoint
 
 pytestmark = pytest.mark.integration
 
@@ -526,7 +527,7 @@ def test_lifecycle_not_implemented_is_logged_not_raised(
     monkeypatch.setattr(
         s3_storage.client, f"{operation}_bucket_lifecycle_configuration", not_implemented
     )
-    with caplog.at_level(logging.WARNING, logger="core.storage"):
+    with caplog.at_level(logging.WARNING, logger="voicelane.core.storage"):
         s3_storage.ensure_bucket()
     assert "NotImplemented" in caplog.text
 

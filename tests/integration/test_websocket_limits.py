@@ -14,9 +14,9 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from api.rest import create_app
-from core.settings import ApiSettings
-from core.storage import LocalStorage, LocalStorageSettings
+from voicelane.api.rest import create_app
+from voicelane.core.settings import ApiSettings
+from voicelane.core.storage import LocalStorage, LocalStorageSettings
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import EngineOutOfMemoryError
-from workers.engines.base import Engine, PcmF32, StepEvent, StepSession, Utterance, VoiceInfo
+from voicelane.common.errors import EngineOutOfMemoryError
+from voicelane.workers.engines.base import (
+    Engine,
+    PcmF32,
+    StepEvent,
+    StepSession,
+    Utterance,
+    VoiceInfo,
+)
 
 GATE_TIMEOUT_S = 10.0
 

@@ -1,12 +1,12 @@
 """A fake real-time worker for testing the fronts: the real lane protocol, synthetic audio.
 
 :class:`FakeRealtimeWorker` talks to Redis through
-:class:`core.realtime_lane.RealtimeWorkerClient` exactly as a GPU worker does — reports
+:class:`voicelane.core.realtime_lane.RealtimeWorkerClient` exactly as a GPU worker does — reports
 capacity, claims requests from the consumer group, refreshes the session heartbeat and the
 pending entry, reads the input stream, honours cancel marks and deadlines, and writes
 ``caption`` / ``audio`` / ``end`` / ``error`` events — but instead of an engine it speaks every
 sentence as a sine tone encoded with the real Opus encoder
-(:class:`core.audio.OpusStreamEncoder`), ``frames_per_sentence`` frames of 20 ms each.
+(:class:`voicelane.common.audio.OpusStreamEncoder`), ``frames_per_sentence`` frames of 20 ms each.
 
 Knobs (:class:`FakeWorkerKnobs`) make it slow, hold it at a gate, let it die mid-stream
 (stop heartbeating and writing, never acking), emit an error, or never claim anything.
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.audio import OpusStreamEncoder, PcmF32
-from core.realtime_lane import (
+from voicelane.common.audio import OpusStreamEncoder, PcmF32
+from voicelane.core.realtime_lane import (
     EventKind,
     InputKind,
     OutputEvent,
@@ -33,7 +33,7 @@ from core.realtime_lane import (
     StreamRequest,
     now_ms,
 )
-from core.settings import RealtimeSettings
+from voicelane.core.settings import RealtimeSettings
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 :class:`FakeSpeechServer` is a real ``grpc.aio`` server on a free loopback port implementing
 ``Synthesize``, ``Converse`` and ``ListVoices`` from the generated base class. Audio is a sine
-encoded to real Opus packets with :class:`core.audio.OpusStreamEncoder`; the first chunk
+encoded to real Opus packets with :class:`voicelane.common.audio.OpusStreamEncoder`; the first chunk
 carries one packet, later ones ``packets_per_chunk``, and the last one is ``final``. Every
 call must carry ``authorization: Bearer <api_key>`` (else ``UNAUTHENTICATED``); empty text is
 ``INVALID_ARGUMENT``.
@@ -49,10 +49,10 @@ import grpc
 import grpc.aio
 import numpy as np
 
-from core.audio.opus import FRAME_DURATION_MS, OpusStreamEncoder
-from core.audio.pcm import PcmF32
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
+from voicelane.common.audio.opus import FRAME_DURATION_MS, OpusStreamEncoder
+from voicelane.common.audio.pcm import PcmF32
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 
 API_KEY = "test-key-0001"
 DEFAULT_RATE_HZ = 24000

@@ -20,9 +20,9 @@ from collections import Counter
 import grpc
 import httpx
 
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
 from tests.support.stack import ACME_KEY, Stack, wait_for
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 
 SMALL_JOB = "A small job of two sentences. It should not wait for anyone's book."
 LIVE_TEXT = "Hello, this stream should start right away."

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from core.redis_server import RedisServer
+from voicelane.core.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

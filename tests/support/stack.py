@@ -20,8 +20,8 @@ from typing import TypeVar
 
 import httpx
 
-from api.stack import grpc_serving
-from core.redis_server import free_port
+from voicelane.api.stack import grpc_serving
+from voicelane.core.redis_server import free_port
 
 T = TypeVar("T")
 
@@ -109,7 +109,7 @@ class Stack:
         self.directory.mkdir(parents=True, exist_ok=True)
         handle = log.open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", *args],
+            [sys.executable, "-m", "voicelane.api.cli", *args],
             env={**self.env, **(extra_env or {})},
             cwd=ROOT,
             stdout=handle,
@@ -201,7 +201,7 @@ class Stack:
         """Until ``count`` workers report real-time capacity (their consumers run)."""
         import redis
 
-        from core.realtime_lane import reporting_workers
+        from voicelane.core.realtime_lane import reporting_workers
 
         client = redis.Redis.from_url(self.redis_url)
         try:

@@ -1,4 +1,4 @@
-"""The default install and `import workers` never import torch (DESIGN.md)."""
+"""The default install and `import voicelane.workers` never import torch (DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import sys
 
 IMPORTS = """
 import sys
-import core, core.errors, core.settings, core.text
-import api, api.cli
-import workers, workers.batcher, workers.render
-import workers.engines, workers.engines.base, workers.engines.chattts_config
-from workers.engines import ENGINE_NAMES, create_engine
-from workers.engines.chattts_config import ChatTTSSettings
-from core.errors import ModelLoadError
+import voicelane.core, voicelane.common.errors, voicelane.core.settings, voicelane.core.text
+import voicelane.api, voicelane.api.cli
+import voicelane.workers, voicelane.workers.batcher, voicelane.workers.render
+import voicelane.workers.engines, voicelane.workers.engines.base
+import voicelane.workers.engines.chattts_config
+from voicelane.workers.engines import ENGINE_NAMES, create_engine
+from voicelane.workers.engines.chattts_config import ChatTTSSettings
+from voicelane.common.errors import ModelLoadError
 engine = create_engine("espeak")
 heavy = sorted(n for n in ("torch", "ChatTTS", "transformers", "numba") if n in sys.modules)
 print(",".join(heavy) or "none")
@@ -35,7 +36,7 @@ def test_the_check_itself_sees_torch_when_it_is_imported() -> None:
         + "\nimport importlib.util\n"
         + (
             "if importlib.util.find_spec('torch'):\n"
-            "    import workers.engines.chattts\n"
+            "    import voicelane.workers.engines.chattts\n"
             "    assert 'torch' in sys.modules\n"
         )
     )
@@ -51,8 +52,10 @@ def test_the_fronts_build_no_celery_app_and_import_no_worker_code() -> None:
     the workers' modules."""
     probe = (
         "import sys\n"
-        "import api.rest, api.grpc_front, api.streams, core.batch_lane\n"
-        "loaded = sorted(n for n in sys.modules if n == 'celery' or n.startswith('workers'))\n"
+        "import voicelane.api.rest, voicelane.api.grpc_front, voicelane.api.streams\n"
+        "import voicelane.core.batch_lane\n"
+        "loaded = sorted(n for n in sys.modules\n"
+        "                if n == 'celery' or n.startswith('voicelane.workers'))\n"
         "print(','.join(loaded) or 'none')\n"
     )
     result = subprocess.run(
@@ -63,7 +66,7 @@ def test_the_fronts_build_no_celery_app_and_import_no_worker_code() -> None:
 
 
 def test_the_import_probe_sees_celery_once_a_worker_module_is_imported() -> None:
-    probe = "import sys, workers.celery_app\nassert 'celery' in sys.modules\n"
+    probe = "import sys, voicelane.workers.celery_app\nassert 'celery' in sys.modules\n"
     result = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
     )

@@ -5,7 +5,7 @@ Engines are imported lazily: ``import workers`` never imports an ML framework.
 
 from __future__ import annotations
 
-from core.errors import ConfigError, InvalidInputError
+from voicelane.common.errors import ConfigError, InvalidInputError
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 
@@ -20,7 +20,8 @@ def create_engine(name: str, *, device: str | None = None) -> Engine:
 
     ``device`` is the worker's (``--device`` / ``VOICELANE_DEVICE``: ``cpu`` or ``cuda:N``);
     None lets the engine's own settings decide (the embedded commands). A device the engine
-    cannot use is a :class:`~core.errors.ConfigError` now, not a surprise at the first batch.
+    cannot use is a :class:`~voicelane.common.errors.ConfigError` now, not a surprise at the first
+    batch.
     """
     if name in CPU_ONLY_ENGINES and device not in (None, "cpu"):
         raise ConfigError(

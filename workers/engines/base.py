@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
+from voicelane.core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
 
 __all__ = ["Engine", "PcmF32", "StepEvent", "StepSession", "Utterance", "VoiceInfo"]
 
@@ -90,8 +90,8 @@ class StepSession(ABC):
         state) by one step: prefill work for admitted rows, bounded per step and given in
         this order, and one decoding step for the rows already decoding.
 
-        On :class:`~core.errors.EngineOutOfMemoryError` nothing of the step is committed:
-        the caller may remove rows and step again.
+        On :class:`~voicelane.common.errors.EngineOutOfMemoryError` nothing of the step is
+        committed: the caller may remove rows and step again.
         """
 
     @property
@@ -139,7 +139,7 @@ class Engine(ABC):
 
     def capabilities(self) -> EngineCapabilities:
         """What this engine accepts, as workers publish it for the fronts' request rules
-        (:mod:`core.rules`). Computed once: voices do not change while an engine lives."""
+        (:mod:`voicelane.core.rules`). Computed once: voices do not change while an engine lives."""
         cached: EngineCapabilities | None = self.__dict__.get("_capabilities")
         if cached is None:
             cached = EngineCapabilities(
@@ -155,7 +155,7 @@ class Engine(ABC):
 
     def validate(self, utterance: Utterance) -> None:
         """Raise a permanent error when the utterance can never be rendered: the request
-        rules of :mod:`core.rules` against this engine's capabilities."""
+        rules of :mod:`voicelane.core.rules` against this engine's capabilities."""
         caps = self.capabilities()
         check_voice(utterance.voice, caps)
         check_speed(utterance.speed, caps.min_speed, caps.max_speed)

@@ -3,14 +3,15 @@
 Install with ``scripts/install-chattts.sh`` (the ``chattts`` extra). Weights come from
 ``VOICELANE_CHATTTS_DIR`` only (ChatTTS's ``asset/`` layout, ``source="custom"``); nothing is
 downloaded. Settings, the manifest, voices and per-utterance options are in
-:mod:`workers.engines.chattts_config`; the step loop and the decoders in
-:mod:`workers.engines.chattts_loop`; the design in docs/chattts.md.
+:mod:`voicelane.workers.engines.chattts_config`; the step loop and the decoders in
+:mod:`voicelane.workers.engines.chattts_loop`; the design in docs/chattts.md.
 
 * ``batch_key``: voice, speed, seed and sampling parameters (what one ChatTTS call shares);
   token budgets are per item.
 * ``synthesize``: every item decoded at its own length (no padding to the longest).
 * ``synthesize_stream``: a chunk per step group, decoded incrementally (flat cost per chunk).
-* Out of device memory → :class:`~core.errors.EngineOutOfMemoryError` (the batcher splits).
+* Out of device memory → :class:`~voicelane.common.errors.EngineOutOfMemoryError` (the batcher
+splits).
 * ``unload`` drops every reference to the model; ``load`` again hot-swaps it.
 
 Like every engine, it is driven from one thread (the batcher's scheduler thread); ``voices``,
@@ -32,14 +33,14 @@ from typing import Any, TypeVar
 
 import torch
 
-from core.errors import (
+from voicelane.common.errors import (
     ConfigError,
     EngineError,
     EngineOutOfMemoryError,
     InvalidInputError,
     ModelLoadError,
 )
-from core.rules import DEFAULT_VOICE, seed_of
+from voicelane.core.rules import DEFAULT_VOICE, seed_of
 
 from .base import Engine, PcmF32, StepEvent, Utterance, VoiceInfo
 from .chattts_config import (

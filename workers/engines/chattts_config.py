@@ -9,7 +9,7 @@
 * The voices file (named speaker embeddings) and seed voices (``seed:1234``).
 * :func:`utterance_options`: everything one utterance asks of ChatTTS, validated.
 
-The engine itself (torch, ChatTTS) is in :mod:`workers.engines.chattts`.
+The engine itself (torch, ChatTTS) is in :mod:`voicelane.workers.engines.chattts`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import Any, ClassVar
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.errors import (
+from voicelane.common.errors import (
     EngineNotInstalledError,
     InvalidInputError,
     ModelLoadError,
     UnknownVoiceError,
 )
-from core.rules import DEFAULT_VOICE, MAX_SEED, SEED_VOICE_PREFIX, check_speed, seed_of
+from voicelane.core.rules import DEFAULT_VOICE, MAX_SEED, SEED_VOICE_PREFIX, check_speed, seed_of
 
 from .base import Utterance, VoiceInfo
 

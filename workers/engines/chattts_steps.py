@@ -1,7 +1,7 @@
 """Continuous batching for ChatTTS: one running batch that steps; rows join and leave between
 steps.
 
-:class:`ChatTTSSteps` is the engine's :class:`~workers.engines.base.StepSession`. Every
+:class:`ChatTTSSteps` is the engine's :class:`~voicelane.workers.engines.base.StepSession`. Every
 :meth:`~ChatTTSSteps.step` runs, for the rows the batcher gives it (in priority order):
 
 1. **bounded prefill**: rows that joined are prefilled in chunks of ``prefill_chunk_tokens``

@@ -27,9 +27,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from core.errors import EngineError, UnknownVoiceError
-from core.rules import DEFAULT_VOICE
-from core.text import contains_cjk
+from voicelane.common.errors import EngineError, UnknownVoiceError
+from voicelane.core.rules import DEFAULT_VOICE
+from voicelane.core.text import contains_cjk
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 

@@ -1,4 +1,4 @@
-"""api.body_limit: bodies over their route's limit are refused while they stream in."""
+"""voicelane.api.body_limit: bodies over their route's limit are refused while they stream in."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 from starlette.types import Message
 
-from api.body_limit import BodyLimit, route_limits
-from core.errors import TextTooLargeError
+from voicelane.api.body_limit import BodyLimit, route_limits
+from voicelane.common.errors import TextTooLargeError
 
 LIMITS = route_limits(max_upload_bytes=1000, speech_bytes=500)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import main
-from core.audio import probe
+from voicelane.api.cli import main
+from voicelane.common.audio import probe
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "examples" / "sample.txt"
@@ -23,7 +23,7 @@ def run_cli(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("VOICELANE_DEBUG", None)
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "voicelane.api.cli", *args],
         input=stdin.decode("utf-8", "surrogateescape") if stdin is not None else None,
         capture_output=True,
         text=True,

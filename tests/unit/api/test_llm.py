@@ -1,5 +1,5 @@
-"""The LLM bridge (:mod:`api.llm`) against the stand-in Ollama
-(:mod:`tests.support.ollama_standin`), through the real ``ollama`` client: the reply's text,
+"""The LLM bridge (:mod:`voicelane.api.llm`) against the stand-in Ollama
+(:mod:`voicelane.api.ollama_standin`), through the real ``ollama`` client: the reply's text,
 what Ollama is asked (``num_ctx``, ``keep_alive``, the trimmed history), the cap per host,
 barge-in, each fault as its typed error, the stats and the metrics.
 
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from api.llm import (
+from tests.support.aio import async_test_with
+from voicelane.api.llm import (
     ChatTurn,
     LlmBridge,
     LlmReply,
@@ -27,21 +28,20 @@ from api.llm import (
     estimate_tokens,
     prepare_messages,
 )
-from core.errors import (
+from voicelane.api.ollama_standin import (
+    DEFAULT_MODELS,
+    OllamaStandin,
+    StandinConfig,
+    default_reply,
+    tokenize,
+)
+from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
     NotFoundError,
     UnavailableError,
     grpc_status_name,
     http_status,
-)
-from tests.support.aio import async_test_with
-from tests.support.ollama_standin import (
-    DEFAULT_MODELS,
-    OllamaStandin,
-    StandinConfig,
-    default_reply,
-    tokenize,
 )
 
 TEST_TIMEOUT_S = 30.0

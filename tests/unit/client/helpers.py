@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from client import RetryPolicy, SpeechClient
-from core.audio.opus import OpusStreamDecoder, codec_delay_samples
-from core.audio.pcm import PcmF32
-from core.wire import speech_pb2 as pb
 from tests.support.aio import async_test_with
 from tests.support.fake_speech_server import API_KEY, FakeSpeechServer, Rendered
+from voicelane.client import RetryPolicy, SpeechClient
+from voicelane.common.audio.opus import OpusStreamDecoder, codec_delay_samples
+from voicelane.common.audio.pcm import PcmF32
+from voicelane.common.wire import speech_pb2 as pb
 
 TEST_TIMEOUT_S = 20.0
 FAST = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.005, jitter=0.0)

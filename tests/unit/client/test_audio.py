@@ -1,5 +1,5 @@
-"""The SDK decoding audio and writing files (client.audio, client.sync), against the fake
-Speech server (see helpers.py for the rules every test here follows)."""
+"""The SDK decoding audio and writing files (voicelane.client.audio, voicelane.client.sync), against
+the fake Speech server (see helpers.py for the rules every test here follows)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from client import say_to_file
-from core.audio import open_writer, probe
-from core.audio.opus import FRAME_DURATION_MS, codec_delay_samples
-from core.audio.pcm import PcmF32
-from core.errors import RemoteError
 from tests.support.fake_speech_server import API_KEY, FakeSpeechServer
 from tests.unit.client.helpers import FAST, TEXT, async_test, new_client, only_rendered, snr_db
+from voicelane.client import say_to_file
+from voicelane.common.audio import open_writer, probe
+from voicelane.common.audio.opus import FRAME_DURATION_MS, codec_delay_samples
+from voicelane.common.audio.pcm import PcmF32
+from voicelane.common.errors import RemoteError
 
 # ---- decoding --------------------------------------------------------------------------------
 
@@ -111,7 +111,7 @@ async def test_a_failing_encoder_leaves_no_temporary_file(
         writer.write = write  # type: ignore[method-assign]
         return writer
 
-    monkeypatch.setattr("client.audio.open_writer", failing_open_writer)
+    monkeypatch.setattr("voicelane.client.audio.open_writer", failing_open_writer)
     async with FakeSpeechServer() as server, new_client(server.target) as client:
         with pytest.raises(OSError, match="disk full"):
             await client.synthesize_to_file(TEXT, path)

@@ -1,6 +1,6 @@
-"""The clock-offset estimator and the pts → local-time mapping (client.clock), on synthetic
-samples, then end to end against the front's real ``SpeechService.Clock`` on a loopback gRPC
-server and through the SDK (see helpers.py for the rules every test here follows; the only
+"""The clock-offset estimator and the pts → local-time mapping (voicelane.client.clock), on
+synthetic samples, then end to end against the front's real ``SpeechService.Clock`` on a loopback
+gRPC server and through the SDK (see helpers.py for the rules every test here follows; the only
 bound asserted on a real measurement is the estimator's own)."""
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import grpc
 import grpc.aio
 import pytest
 
-from api.grpc_service import SpeechService
-from api.streams import StreamGateway
-from client import ClockSync, measure_clock, measure_clock_sync, sync_clock
-from client.clock import (
+from tests.support.fake_speech_server import FakeSpeechServer, ServicerContext
+from tests.unit.client.helpers import TEXT, async_test, new_client
+from voicelane.api.grpc_service import SpeechService
+from voicelane.api.streams import StreamGateway
+from voicelane.client import ClockSync, measure_clock, measure_clock_sync, sync_clock
+from voicelane.client.clock import (
     CLOCK_RESOLUTION_MS,
     WIRE_MS_RESOLUTION_MS,
     ClockEstimate,
@@ -26,12 +28,10 @@ from client.clock import (
     stream_epoch_ms,
     wall_ms,
 )
-from client.stats import Meter, StreamStats
-from core.errors import InvalidInputError, RemoteError
-from core.wire import speech_pb2 as pb
-from core.wire import speech_pb2_grpc as pb_grpc
-from tests.support.fake_speech_server import FakeSpeechServer, ServicerContext
-from tests.unit.client.helpers import TEXT, async_test, new_client
+from voicelane.client.stats import Meter, StreamStats
+from voicelane.common.errors import InvalidInputError, RemoteError
+from voicelane.common.wire import speech_pb2 as pb
+from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 
 SAME_HOST_SLACK_MS = 0.5
 """One host, one clock: the true offset is 0; the estimate must be within its bound + this

@@ -1,4 +1,4 @@
-"""The SDK's Converse sessions (client.converse), against the fake Speech server (see
+"""The SDK's Converse sessions (voicelane.client.converse), against the fake Speech server (see
 helpers.py for the rules every test here follows)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from core.audio.opus import codec_delay_samples
-from core.errors import RemoteError
-from core.wire import speech_pb2 as pb
 from tests.support.fake_speech_server import FakeSpeechServer
 from tests.unit.client.helpers import async_test, decode_reference, new_client, seqs
+from voicelane.common.audio.opus import codec_delay_samples
+from voicelane.common.errors import RemoteError
+from voicelane.common.wire import speech_pb2 as pb
 
 
 @async_test

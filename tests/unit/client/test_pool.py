@@ -1,5 +1,5 @@
-"""The SDK's channel pool and flow control (client.pool), against the fake Speech server (see
-helpers.py for the rules every test here follows)."""
+"""The SDK's channel pool and flow control (voicelane.client.pool), against the fake Speech server
+(see helpers.py for the rules every test here follows)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from client import SynthesisResult
-from core.errors import RemoteError
 from tests.support.fake_speech_server import FakeSpeechServer
 from tests.unit.client.helpers import TEXT, async_test, collect, new_client
+from voicelane.client import SynthesisResult
+from voicelane.common.errors import RemoteError
 
 
 @async_test

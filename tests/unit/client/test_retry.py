@@ -1,6 +1,6 @@
 """The SDK's retries before the first chunk, the call deadline and the retry policy
-(client.retry), against the fake Speech server (see helpers.py for the rules every test here
-follows)."""
+(voicelane.client.retry), against the fake Speech server (see helpers.py for the rules every test
+here follows)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import grpc
 import pytest
 
-from client import RetryPolicy
-from core.errors import RemoteError, VoicelaneError
 from tests.support.fake_speech_server import API_KEY, FakeSpeechServer
 from tests.unit.client.helpers import TEXT, async_test, collect, new_client, only_rendered, seqs
+from voicelane.client import RetryPolicy
+from voicelane.common.errors import RemoteError, VoicelaneError
 
 # ---- retries before the first chunk ----------------------------------------------------------
 

@@ -1,11 +1,11 @@
-"""The SpeechClient's channel options, list_voices and its error type (client.speech), against
-the fake Speech server (see helpers.py for the rules every test here follows)."""
+"""The SpeechClient's channel options, list_voices and its error type (voicelane.client.speech),
+against the fake Speech server (see helpers.py for the rules every test here follows)."""
 
 from __future__ import annotations
 
-from client import SpeechClient
 from tests.support.fake_speech_server import FakeSpeechServer
 from tests.unit.client.helpers import async_test, new_client
+from voicelane.client import SpeechClient
 
 # ---- options ---------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The SDK's stream figures (client.stats), against the fake Speech server (see helpers.py
+"""The SDK's stream figures (voicelane.client.stats), against the fake Speech server (see helpers.py
 for the rules every test here follows)."""
 
 from __future__ import annotations

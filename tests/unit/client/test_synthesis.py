@@ -1,5 +1,5 @@
-"""The SDK resuming a Synthesize stream after its first chunk (client.synthesis), against the
-fake Speech server (see helpers.py for the rules every test here follows)."""
+"""The SDK resuming a Synthesize stream after its first chunk (voicelane.client.synthesis), against
+the fake Speech server (see helpers.py for the rules every test here follows)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ import grpc
 import numpy as np
 import pytest
 
-from client import RetryPolicy
-from core.errors import RemoteError
-from core.wire import speech_pb2 as pb
 from tests.support.fake_speech_server import DropProxy, FakeSpeechServer
 from tests.unit.client.helpers import (
     TEXT,
@@ -22,6 +19,9 @@ from tests.unit.client.helpers import (
     only_rendered,
     seqs,
 )
+from voicelane.client import RetryPolicy
+from voicelane.common.errors import RemoteError
+from voicelane.common.wire import speech_pb2 as pb
 
 
 @async_test

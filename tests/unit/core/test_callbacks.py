@@ -16,7 +16,8 @@ from typing import cast
 
 import pytest
 
-from core.callbacks import (
+from voicelane.common.errors import ConfigError, InvalidInputError
+from voicelane.core.callbacks import (
     DEV_SIGNING_SECRET,
     AllowList,
     addresses,
@@ -31,7 +32,6 @@ from core.callbacks import (
     tenant_secret,
     verify,
 )
-from core.errors import ConfigError, InvalidInputError
 
 ip = ipaddress.ip_address
 ROOT = Path(__file__).resolve().parents[3]
@@ -390,4 +390,4 @@ def test_the_module_imports_the_standard_library_and_core_errors_only() -> None:
     }
     modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     ours = {m for m in modules if m.split(".")[0] not in sys.stdlib_module_names}
-    assert ours == {"core.errors"}, ours
+    assert ours == {"voicelane.common.errors"}, ours

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from core.audio.stream import StreamEncoding, stream_sample_rates
-from core.errors import InvalidInputError, TextTooLargeError, UnknownVoiceError
-from core.rules import (
-    DEFAULT_SAMPLE_RATE_HZ,
+from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.audio.stream import StreamEncoding, stream_sample_rates
+from voicelane.common.errors import InvalidInputError, TextTooLargeError, UnknownVoiceError
+from voicelane.core.rules import (
     DEFAULT_SPEED,
     DEFAULT_VOICE,
     MAX_SEED,
@@ -25,9 +25,9 @@ from core.rules import (
     check_voice,
     seed_of,
 )
-from core.text import has_speakable_text, split_sentences
-from workers.engines import Utterance
-from workers.engines.espeak import EspeakEngine
+from voicelane.core.text import has_speakable_text, split_sentences
+from voicelane.workers.engines import Utterance
+from voicelane.workers.engines.espeak import EspeakEngine
 
 CAPS = EngineCapabilities(
     engine="test",

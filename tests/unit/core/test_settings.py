@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from core.settings import StackSettings
+from voicelane.core.settings import StackSettings
 
 
 def cores() -> int:

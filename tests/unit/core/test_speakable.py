@@ -1,4 +1,5 @@
-"""Tests for core.speakable: markdown/emoji cleaning, streaming and the fast first fragment."""
+"""Tests for voicelane.core.speakable: markdown/emoji cleaning, streaming and the fast first
+fragment."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.speakable import Cut, SpeakableStream, clean_for_speech
-from core.text import contains_cjk, split_sentences
+from voicelane.core.speakable import Cut, SpeakableStream, clean_for_speech
+from voicelane.core.text import contains_cjk, split_sentences
 
 EN_OVERVIEW = """Sure! Here's a quick overview of **Python decorators** 🐍:
 

@@ -1,4 +1,4 @@
-"""core.storage: the local directory backend, signed links, key rules, settings."""
+"""voicelane.core.storage: the local directory backend, signed links, key rules, settings."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from core.errors import (
+from voicelane.common.errors import (
     InvalidInputError,
     InvalidKeyError,
     LinkExpiredError,
@@ -25,7 +25,7 @@ from core.errors import (
     StorageUnavailableError,
     VoicelaneError,
 )
-from core.storage import (
+from voicelane.core.storage import (
     MAX_LINK_EXPIRY_S,
     MIB,
     LocalStorage,
@@ -473,7 +473,7 @@ def test_secret_is_required_outside_dev_mode(tmp_path: Path) -> None:
 def test_dev_mode_generates_a_per_process_secret(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="core.storage"):
+    with caplog.at_level(logging.WARNING, logger="voicelane.core.storage"):
         first = LocalStorage(LocalStorageSettings(root=tmp_path / "a", dev_mode=True))
     second = LocalStorage(LocalStorageSettings(root=tmp_path / "b", dev_mode=True))
     assert "random per-process secret" in caplog.text

@@ -1,4 +1,5 @@
-"""Tests for core.text: sentence cutting, normalization, soft splits and chunk grouping."""
+"""Tests for voicelane.core.text: sentence cutting, normalization, soft splits and chunk
+grouping."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.text import (
+from voicelane.core.text import (
     ABBREVIATIONS,
     DEFAULT_MAX_SEGMENT_CHARS,
     NUMBER_ABBREVIATIONS,

@@ -1,11 +1,11 @@
-"""core.text_input: untrusted bytes → text, or a one-line error."""
+"""voicelane.core.text_input: untrusted bytes → text, or a one-line error."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.errors import InvalidInputError, TextTooLargeError
-from core.text_input import check_text, decode_text
+from voicelane.common.errors import InvalidInputError, TextTooLargeError
+from voicelane.core.text_input import check_text, decode_text
 
 LIMIT = 1000
 

@@ -13,7 +13,8 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from core.errors import (
+from tests.support.engines import FakeClock, RecordingEngine, audio_for, oom_above
+from voicelane.common.errors import (
     CancelledError,
     DeadlineExceededError,
     EngineError,
@@ -22,10 +23,9 @@ from core.errors import (
     ShuttingDownError,
     UnknownVoiceError,
 )
-from core.settings import BatcherSettings
-from tests.support.engines import FakeClock, RecordingEngine, audio_for, oom_above
-from workers.batcher import Batcher, Priority
-from workers.engines.base import Utterance
+from voicelane.core.settings import BatcherSettings
+from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.engines.base import Utterance
 
 T = 5.0  # seconds any wait may take before the test fails
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 
 from tests.support.engines import RecordingEngine
-from workers.batcher import Batcher, Priority, ReloadReport
-from workers.engines import Utterance
+from voicelane.workers.batcher import Batcher, Priority, ReloadReport
+from voicelane.workers.engines import Utterance
 
 
 class CountingEngine(RecordingEngine):

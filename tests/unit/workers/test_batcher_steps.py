@@ -13,16 +13,16 @@ from concurrent.futures import CancelledError as FutureCancelledError
 import numpy as np
 import pytest
 
-from core.errors import (
+from tests.support.engines import FakeClock, SteppingEngine, stepped_audio
+from voicelane.common.errors import (
     DeadlineExceededError,
     EngineError,
     EngineOutOfMemoryError,
     ShuttingDownError,
 )
-from core.settings import BatcherSettings
-from tests.support.engines import FakeClock, SteppingEngine, stepped_audio
-from workers.batcher import AudioStream, Batcher, Priority
-from workers.engines.base import PcmF32, Utterance
+from voicelane.core.settings import BatcherSettings
+from voicelane.workers.batcher import AudioStream, Batcher, Priority
+from voicelane.workers.engines.base import PcmF32, Utterance
 
 T = 5.0  # seconds any wait may take before the test fails
 

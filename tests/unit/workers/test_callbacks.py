@@ -16,7 +16,8 @@ import httpcore
 import httpx
 import pytest
 
-from core.callbacks import (
+from voicelane.common.errors import CallbackError, InvalidInputError
+from voicelane.core.callbacks import (
     AllowList,
     IPAddress,
     first_refusal,
@@ -24,12 +25,11 @@ from core.callbacks import (
     tenant_secret,
     verify,
 )
-from core.errors import CallbackError, InvalidInputError
-from core.ledger import Job, JobOptions, JobState, Ledger
-from core.settings import ServiceSettings
-from core.storage import Storage
-from workers.callbacks import GuardedBackend, callback_client, post_callback
-from workers.jobs import JobContext, notify_job
+from voicelane.core.ledger import Job, JobOptions, JobState, Ledger
+from voicelane.core.settings import ServiceSettings
+from voicelane.core.storage import Storage
+from voicelane.workers.callbacks import GuardedBackend, callback_client, post_callback
+from voicelane.workers.jobs import JobContext, notify_job
 
 SECRET = "tenant-secret-0123456789"
 PUBLIC = ipaddress.ip_address("93.184.215.14")
@@ -320,7 +320,7 @@ def test_notify_job_gives_up_on_a_refused_destination_without_retrying(
 ) -> None:
     job = final_job(f"http://hooks.test:{receiver.port}/done")
     ctx = context(job, callback_signing_secret="master-0001")
-    with caplog.at_level("WARNING", logger="workers.jobs"):
+    with caplog.at_level("WARNING", logger="voicelane.workers.jobs"):
         status = notify_job(ctx, job.id, client=client(hooks_test=[LOOPBACK]))
     assert status == 0  # returned, not raised: the task does not retry
     assert connections == [] and receiver.received == []

@@ -8,14 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.audio import AudioFormat, probe, resampled_length
-from core.errors import EngineError, InvalidInputError, OutputError, UnsupportedFormatError
-from core.settings import BatcherSettings, EmbeddedSettings
-from core.text import split_sentences
 from tests.support.engines import RecordingEngine
-from workers.engines import Utterance
-from workers.engines.espeak import EspeakEngine
-from workers.render import EmbeddedRenderer
+from voicelane.common.audio import AudioFormat, probe, resampled_length
+from voicelane.common.errors import (
+    EngineError,
+    InvalidInputError,
+    OutputError,
+    UnsupportedFormatError,
+)
+from voicelane.core.settings import BatcherSettings, EmbeddedSettings
+from voicelane.core.text import split_sentences
+from voicelane.workers.engines import Utterance
+from voicelane.workers.engines.espeak import EspeakEngine
+from voicelane.workers.render import EmbeddedRenderer
 
 TEXT = (
     "The first paragraph has two sentences. Here is the second one.\n\n"

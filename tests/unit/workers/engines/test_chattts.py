@@ -27,7 +27,8 @@ require_chattts_extra()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from core.errors import (  # noqa: E402
+from tests.support.chattts_checkpoint import MANIFEST_NAME, Checkpoint  # noqa: E402
+from voicelane.common.errors import (  # noqa: E402
     ConfigError,
     EngineOutOfMemoryError,
     InvalidInputError,
@@ -36,13 +37,12 @@ from core.errors import (  # noqa: E402
     exit_status,
     is_permanent,
 )
-from core.settings import BatcherSettings  # noqa: E402
-from tests.support.chattts_checkpoint import MANIFEST_NAME, Checkpoint  # noqa: E402
-from workers.batcher import AudioStream, Batcher, Priority  # noqa: E402
-from workers.engines import PcmF32, Utterance, chattts_loop, create_engine  # noqa: E402
-from workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from workers.engines.chattts_config import ChatTTSSettings, Sampling, UtteranceParser  # noqa: E402
-from workers.engines.chattts_loop import (  # noqa: E402
+from voicelane.core.settings import BatcherSettings  # noqa: E402
+from voicelane.workers.batcher import AudioStream, Batcher, Priority  # noqa: E402
+from voicelane.workers.engines import PcmF32, Utterance, chattts_loop, create_engine  # noqa: E402
+from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
+from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling, UtteranceParser  # noqa: E402
+from voicelane.workers.engines.chattts_loop import (  # noqa: E402
     Generation,
     Row,
     decorate_prompt,
@@ -602,7 +602,7 @@ def test_a_worker_with_a_device_it_cannot_use_exits_2_with_one_line(tmp_path: Pa
 
 def _cli(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "voicelane.api.cli", *args],
         capture_output=True,
         text=True,
         timeout=240,

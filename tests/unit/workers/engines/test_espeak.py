@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.errors import InvalidInputError, UnknownVoiceError
-from core.rules import DEFAULT_VOICE as AUTO_VOICE
-from workers.batcher import Batcher, Priority
-from workers.engines import Utterance, create_engine
-from workers.engines.espeak import EspeakEngine
+from voicelane.common.errors import InvalidInputError, UnknownVoiceError
+from voicelane.core.rules import DEFAULT_VOICE as AUTO_VOICE
+from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.engines import Utterance, create_engine
+from voicelane.workers.engines.espeak import EspeakEngine
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,85 @@
+"""The REST jobs client (:class:`JobsClient`: submit, poll, download), and ``voicelane jobs``:
+submit a text file to a running stack and fetch the audio (:func:`submit_and_fetch`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from voicelane.common.atomic import atomic_output
+from voicelane.common.errors import (
+    DeadlineExceededError,
+    RemoteError,
+    error_for_status,
+    status_for_http,
+)
+
+FINAL = ("done", "failed", "cancelled")
+
+
+class JobsClient:
+    def __init__(self, server: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+        self.http = httpx.Client(
+            base_url=server.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=timeout_s,
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _json(self, response: httpx.Response) -> dict[str, Any]:
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:200]
+            status = status_for_http(response.status_code)
+            raise error_for_status(status, f"server answered {response.status_code}: {message}")
+        data: dict[str, Any] = response.json()
+        return data
+
+    def submit(self, text: str, **options: Any) -> dict[str, Any]:
+        body = {"text": text, **{k: v for k, v in options.items() if v is not None}}
+        return self._json(self.http.post("/v1/jobs", json=body))
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        return self._json(self.http.get(f"/v1/jobs/{job_id}"))
+
+    def wait(
+        self, job_id: str, *, timeout_s: float, poll_s: float = 0.5, out: TextIO | None = None
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.get(job_id)
+            if out is not None:
+                eta = f", eta {job['eta_s']:.0f} s" if job.get("eta_s") is not None else ""
+                out.write(
+                    f"\r{job['state']:10} {job['chunks_done']}/{job['chunks_total']} chunks, "
+                    f"{job['audio_seconds_rendered']:.1f} s of audio{eta}   "
+                )
+                out.flush()
+            if job["state"] in FINAL:
+                if out is not None:
+                    out.write("\n")
+                return job
+            if time.monotonic() > deadline:
+                raise DeadlineExceededError(f"job {job_id} not finished after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+
+    def download(self, url: str, target: Path) -> int:
+        with httpx.stream("GET", url, timeout=60.0, follow_redirects=True) as response:
+            if response.status_code != 200:
+                raise RemoteError(
+                    status_for_http(response.status_code),
+                    f"download answered {response.status_code}",
+                )
+            size = 0
+            with atomic_output(target) as part, part.open("wb") as handle:
+                for block in response.iter_bytes():
+                    handle.write(block)
+                    size += len(block)
+            return size

@@ -1,0 +1,66 @@
+"""Audio for voicelane: PCM helpers, raw Opus packets, audio files.
+
+- :mod:`voicelane.common.audio.pcm` — float/int16 conversion, resampling (whole and streaming), silence;
+- :mod:`voicelane.common.audio.opus` — 20 ms Opus packets for the real-time lane (libopus via opuslib);
+- :mod:`voicelane.common.audio.files` — Ogg/Opus, MP3, WAV and FLAC writers and a decoding probe (PyAV).
+"""
+
+from voicelane.common.audio.files import (
+    AudioFileWriter,
+    AudioFormat,
+    AudioInfo,
+    decode_to_pcm,
+    format_from_name,
+    format_from_path,
+    open_writer,
+    probe,
+    validate_sample_rate,
+)
+from voicelane.common.audio.opus import (
+    CODEC_DELAY_MS,
+    DEFAULT_COMPLEXITY,
+    FRAME_DURATION_MS,
+    OPUS_SAMPLE_RATES_HZ,
+    OpusStreamDecoder,
+    OpusStreamEncoder,
+    codec_delay_samples,
+    encode_failures_total,
+)
+from voicelane.common.audio.pcm import (
+    PcmF32,
+    PcmI16,
+    StreamResampler,
+    float_to_int16,
+    int16_to_float,
+    resample,
+    resampled_length,
+    silence,
+)
+
+__all__ = [
+    "CODEC_DELAY_MS",
+    "DEFAULT_COMPLEXITY",
+    "FRAME_DURATION_MS",
+    "OPUS_SAMPLE_RATES_HZ",
+    "AudioFileWriter",
+    "AudioFormat",
+    "AudioInfo",
+    "OpusStreamDecoder",
+    "OpusStreamEncoder",
+    "PcmF32",
+    "PcmI16",
+    "StreamResampler",
+    "codec_delay_samples",
+    "decode_to_pcm",
+    "encode_failures_total",
+    "float_to_int16",
+    "format_from_name",
+    "format_from_path",
+    "int16_to_float",
+    "open_writer",
+    "probe",
+    "resample",
+    "resampled_length",
+    "silence",
+    "validate_sample_rate",
+]

@@ -1,0 +1,74 @@
+"""voicelane.common.audio.stream: the byte-stream encodings a live stream can be delivered in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from voicelane.common.audio.files import MP3_MAX_EXTRA_SAMPLES, decode_to_pcm, probe
+from voicelane.common.audio.pcm import PcmF32
+from voicelane.common.audio.stream import (
+    ByteStreamEncoder,
+    StreamEncoding,
+    stream_sample_rates,
+    wav_stream_header,
+)
+
+RATE_HZ = 24000
+
+
+def _tone(n: int) -> PcmF32:
+    t = np.arange(n) / RATE_HZ
+    return (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+def _encode(encoding: StreamEncoding, pieces: list[PcmF32]) -> tuple[bytes, list[bytes]]:
+    encoder = ByteStreamEncoder(encoding, RATE_HZ)
+    parts = [encoder.encode(p) for p in pieces] + [encoder.close()]
+    assert encoder.samples_in == sum(len(p) for p in pieces)
+    return b"".join(parts), parts
+
+
+PIECES = [_tone(960), _tone(4800), _tone(17), _tone(24000)]
+SAMPLES = sum(len(p) for p in PIECES)
+
+
+@pytest.mark.parametrize(
+    "encoding", [StreamEncoding.OGG, StreamEncoding.MP3, StreamEncoding.WAV, StreamEncoding.FLAC]
+)
+def test_the_pieces_together_are_one_file_of_every_sample(encoding: StreamEncoding) -> None:
+    data, parts = _encode(encoding, PIECES)
+    assert sum(1 for p in parts if p) >= 2  # bytes come out while encoding, not only at close
+    pcm, rate = decode_to_pcm(data, RATE_HZ)
+    assert rate == RATE_HZ
+    if encoding is StreamEncoding.MP3:  # a stream has no gapless header: delay and padding stay
+        assert SAMPLES <= len(pcm) <= SAMPLES + 1105 + 576 + MP3_MAX_EXTRA_SAMPLES
+    else:
+        assert len(pcm) == SAMPLES
+    assert probe(data).sample_rate_hz == RATE_HZ
+
+
+def test_wav_starts_with_a_header_of_unknown_length_then_raw_samples() -> None:
+    data, parts = _encode(StreamEncoding.WAV, PIECES)
+    header = wav_stream_header(RATE_HZ)
+    assert parts[0].startswith(header) and len(data) == len(header) + 2 * SAMPLES
+
+
+def test_pcm_is_raw_little_endian_16_bit() -> None:
+    data, _ = _encode(StreamEncoding.PCM, [np.array([0.0, 0.5, -1.0], dtype=np.float32)])
+    assert np.frombuffer(data, dtype="<i2").tolist() == [0, round(0.5 * 32767), -32767]
+
+
+def test_opus_packets_are_not_a_byte_stream() -> None:
+    assert StreamEncoding.OPUS.packets and not StreamEncoding.OGG.packets
+    with pytest.raises(ValueError):
+        ByteStreamEncoder(StreamEncoding.OPUS, RATE_HZ)
+
+
+def test_sample_rates_per_encoding() -> None:
+    assert tuple(stream_sample_rates(StreamEncoding.OPUS)) == (8000, 12000, 16000, 24000, 48000)
+    assert stream_sample_rates(StreamEncoding.OGG) == stream_sample_rates(StreamEncoding.OPUS)
+    assert 22050 in stream_sample_rates(StreamEncoding.MP3)
+    assert 22050 in stream_sample_rates(StreamEncoding.PCM)
+    assert 96000 not in stream_sample_rates(StreamEncoding.MP3)
+    assert {e.media_type for e in StreamEncoding} >= {"audio/ogg", "audio/mpeg", "audio/pcm"}
