@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from voicelane.core.settings import BatcherSettings
-from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines.base import Engine, PcmF32, Utterance, VoiceInfo
 
 FIXED_S = 0.040

@@ -59,18 +59,17 @@ from tests.support.chattts_checkpoint import (  # noqa: E402
     build_checkpoint,
 )
 from voicelane.core.settings import BatcherSettings  # noqa: E402
-from voicelane.workers.batcher import Batcher, Priority  # noqa: E402
-from voicelane.workers.engines import Utterance, chattts_loop  # noqa: E402
+from voicelane.workers.batching import Batcher, Priority  # noqa: E402
+from voicelane.workers.engines import Utterance, chattts_model  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling  # noqa: E402
 from voicelane.workers.engines.chattts_loop import (  # noqa: E402
     Generation,
-    Row,
     StreamDecoder,
     StreamWindows,
     decode_rows,
-    decorate_prompt,
 )
+from voicelane.workers.engines.chattts_model import Row, decorate_prompt  # noqa: E402
 
 VOICE = "seed:2"
 STEP_S = 512 / 24000
@@ -234,22 +233,22 @@ def first_audio_table(directory: Path, steps: int, repeat: int) -> None:
 
 @dataclasses.dataclass
 class DecodeTimer:
-    """Wraps chattts_loop.decode: the window length and wall time of every call."""
+    """Wraps chattts_model.decode: the window length and wall time of every call."""
 
     calls: list[tuple[int, float]] = dataclasses.field(default_factory=list)
 
-    def __call__(self, model: chattts_loop.LoadedModel, hiddens: torch.Tensor) -> np.ndarray:
+    def __call__(self, model: chattts_model.LoadedModel, hiddens: torch.Tensor) -> np.ndarray:
         started = time.perf_counter()
         audio = ORIGINAL_DECODE(model, hiddens)
         self.calls.append((int(hiddens.shape[1]), time.perf_counter() - started))
         return audio
 
 
-ORIGINAL_DECODE = chattts_loop.decode
+ORIGINAL_DECODE = chattts_model.decode
 
 
 def stream_one(
-    model: chattts_loop.LoadedModel, steps: int, windows: StreamWindows, speaker: torch.Tensor
+    model: chattts_model.LoadedModel, steps: int, windows: StreamWindows, speaker: torch.Tensor
 ) -> tuple[list[np.ndarray], np.ndarray, list[int]]:
     """Chunks, the whole decode, and the step at which each chunk went out."""
     row = Row(decorate_prompt(TEXTS[0], 5, True), speaker, 1, steps, steps)
@@ -275,11 +274,11 @@ def decode_position_table(directory: Path, steps: int, repeat: int) -> None:
     at_step: list[int] = []
     for _ in range(repeat):
         timer = DecodeTimer()
-        chattts_loop.decode = timer
+        chattts_model.decode = timer
         try:
             chunks, _, at_step = stream_one(model, steps, engine.windows, speaker)
         finally:
-            chattts_loop.decode = ORIGINAL_DECODE
+            chattts_model.decode = ORIGINAL_DECODE
         runs.append(timer.calls[: len(chunks)])  # the last call is the whole decode
     windows = [w for w, _ in runs[0]]
     ours_ms = [statistics.median(run[i][1] for run in runs) * 1000 for i in range(len(at_step))]

@@ -1,6 +1,6 @@
 """Benchmark tables for continuous batching (ChatTTS), static batches vs the running batch.
 
-Both modes run the same engine through the same :class:`~voicelane.workers.batcher.Batcher`, in the
+Both modes run the same engine through the same :class:`~voicelane.workers.batching.Batcher`, in the
 same run; only ``BatcherSettings.continuous`` differs. Random weights (the tiny checkpoint and
 the official architecture); every item is forced to an exact number of steps (min == max).
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.tables import header
 from voicelane.core.settings import BatcherSettings
-from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Utterance
 from voicelane.workers.engines.base import PcmF32
 from voicelane.workers.engines.chattts import ChatTTSEngine

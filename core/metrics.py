@@ -72,6 +72,11 @@ REALTIME_FACTOR = Histogram(
 OOM_EVENTS = Counter(
     "voicelane_oom_events_total", "Engine out-of-memory errors (the batcher halves max_batch)"
 )
+PREEMPTIONS = Counter(
+    "voicelane_batch_preemptions_total",
+    "Batch rows taken out of a running batch (memory freed, queued again) to make room for a "
+    "real-time row that did not fit",
+)
 ENGINE_RELOADS = Counter(
     "voicelane_engine_reloads_total", "Hot-swaps: the engine's weights reloaded in place"
 )
@@ -182,6 +187,7 @@ __all__ = [
     "OLLAMA_BATCH_SIZE",
     "OLLAMA_TIME_TO_FIRST_TOKEN_S",
     "OOM_EVENTS",
+    "PREEMPTIONS",
     "REALTIME_FACTOR",
     "STREAM_LATENCY_MS",
     "ReadAtScrape",

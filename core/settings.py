@@ -18,7 +18,7 @@ from voicelane.core.storage import StorageSettings
 
 
 class BatcherSettings(BaseModel):
-    """The dynamic batcher of one engine (see DESIGN.md): ``voicelane.workers.batcher.Batcher``
+    """The dynamic batcher of one engine (see DESIGN.md): ``voicelane.workers.batching.Batcher``
     takes this object as its configuration."""
 
     model_config = ConfigDict(frozen=True)

@@ -41,7 +41,7 @@ from voicelane.core.ledger import ChunkPlan, Job, JobState, Ledger, job_summary
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import Storage
 from voicelane.core.text import Segment, contains_cjk, split_sentences
-from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.callbacks import callback_client, post_callback
 
 log = logging.getLogger(__name__)

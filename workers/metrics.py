@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from voicelane.common.audio.opus import encode_failures_total
 from voicelane.core.metrics import ReadAtScrape, gauge
-from voicelane.workers.batcher import Batcher
+from voicelane.workers.batching import Batcher
 
 
 def batcher_families(batcher: Batcher) -> Iterable[GaugeMetricFamily]:

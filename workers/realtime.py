@@ -69,7 +69,7 @@ from voicelane.core.realtime_lane import (
 )
 from voicelane.core.settings import RealtimeSettings
 from voicelane.core.text import Segment, split_sentences
-from voicelane.workers.batcher import AudioStream, Batcher, Priority
+from voicelane.workers.batching import AudioStream, Batcher, Priority
 from voicelane.workers.engines import PcmF32, Utterance
 from voicelane.workers.realtime_io import LaneIO
 

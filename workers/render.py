@@ -35,7 +35,7 @@ from voicelane.common.audio import (
 from voicelane.common.errors import DeadlineExceededError, InvalidInputError
 from voicelane.core.settings import EmbeddedSettings
 from voicelane.core.text import split_sentences
-from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Engine, PcmF32, Utterance, create_engine
 
 Progress = Callable[[int, int, float], None]

@@ -29,7 +29,7 @@ from voicelane.core.realtime_lane import RealtimeWorkerClient
 from voicelane.core.settings import WorkerSettings
 from voicelane.core.storage import open_storage
 from voicelane.workers import context
-from voicelane.workers.batcher import Batcher
+from voicelane.workers.batching import Batcher
 from voicelane.workers.celery_app import configure, enqueue
 from voicelane.workers.jobs import JobContext, LeaseKeeper
 from voicelane.workers.metrics import register_worker_metrics

@@ -58,7 +58,7 @@ from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
 from bench.tables import header  # noqa: E402
 from tests.support.chattts_checkpoint import FULL, TINY, build_checkpoint  # noqa: E402
 from voicelane.core.settings import BatcherSettings  # noqa: E402
-from voicelane.workers.batcher import Batcher, Priority  # noqa: E402
+from voicelane.workers.batching import Batcher, Priority  # noqa: E402
 from voicelane.workers.engines import Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from voicelane.workers.engines.chattts_config import ChatTTSSettings  # noqa: E402

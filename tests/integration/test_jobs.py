@@ -16,7 +16,7 @@ from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_
 from voicelane.core.ledger import JobOptions, JobState, Ledger
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
-from voicelane.workers.batcher import Batcher
+from voicelane.workers.batching import Batcher
 from voicelane.workers.engines import Utterance
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.jobs import (

@@ -32,7 +32,7 @@ from voicelane.core.realtime_lane import (
     output_key,
 )
 from voicelane.core.settings import RealtimeSettings
-from voicelane.workers.batcher import Batcher
+from voicelane.workers.batching import Batcher
 from voicelane.workers.engines import Utterance
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.realtime import RealtimeConsumer, SentenceCutter

@@ -9,7 +9,7 @@ IMPORTS = """
 import sys
 import voicelane.core, voicelane.common.errors, voicelane.core.settings, voicelane.core.text
 import voicelane.api, voicelane.api.cli
-import voicelane.workers, voicelane.workers.batcher, voicelane.workers.render
+import voicelane.workers, voicelane.workers.batching, voicelane.workers.render
 import voicelane.workers.engines, voicelane.workers.engines.base
 import voicelane.workers.engines.chattts_config
 from voicelane.workers.engines import ENGINE_NAMES, create_engine

@@ -74,13 +74,22 @@ def module_name(path: Path) -> str:
 def imported_names(path: Path) -> Iterator[tuple[str, int]]:
     """Every module ``path`` imports (absolute and relative), with the line; ``from X import y``
     yields ``X.y`` too (it may be a module)."""
+    for module, members, line in import_statements(path):
+        yield module, line
+        for member in members:
+            yield f"{module}.{member}", line
+
+
+def import_statements(path: Path) -> Iterator[tuple[str, list[str], int]]:
+    """``(module, names taken from it, line)`` for every import statement of ``path``, relative
+    ones resolved (``import x.y`` takes nothing from ``x.y``)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     here = module_name(path) if _ours(path) else ""
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name, node.lineno
+                yield alias.name, [], node.lineno
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -88,9 +97,7 @@ def imported_names(path: Path) -> Iterator[tuple[str, int]]:
                 module = ".".join([*base, node.module] if node.module else base)
             else:
                 module = node.module or ""
-            yield module, node.lineno
-            for alias in node.names:
-                yield f"{module}.{alias.name}", node.lineno
+            yield module, [alias.name for alias in node.names], node.lineno
 
 
 def _ours(path: Path) -> bool:
@@ -141,18 +148,24 @@ def test_nothing_imports_a_folder_name() -> None:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module → the modules of ours it imports (a package's ``__init__`` counts as a module;
-    ``from voicelane.core import ledger`` is an import of ``voicelane.core.ledger``)."""
+    """Module → the modules of ours it imports (a package's ``__init__`` counts as a module).
+    ``from voicelane.core import ledger`` where ``ledger`` is a module is an import of
+    ``voicelane.core.ledger`` alone: it runs nothing of the package's ``__init__`` that
+    importing any of its modules does not run anyway."""
     paths = [p for package in SOURCES for p in modules(package)]
     known = {module_name(p) for p in paths}
     graph: dict[str, set[str]] = {}
     for path in paths:
         here = module_name(path)
         targets = set()
-        for module, _line in imported_names(path):
-            if module in known and module != here:
+        for module, members, _line in import_statements(path):
+            submodules = {f"{module}.{m}" for m in members} & known
+            if members and len(submodules) == len(members):
+                targets |= submodules
+            elif module in known:
                 targets.add(module)
-        graph[here] = targets
+                targets |= submodules
+        graph[here] = targets - {here}
     return graph
 
 

@@ -58,15 +58,8 @@ from .chattts_config import (
     seed_voice_info,
     verify_checkpoint,
 )
-from .chattts_loop import (
-    Generation,
-    LoadedModel,
-    Row,
-    StreamDecoder,
-    StreamWindows,
-    decode_rows,
-    decorate_prompt,
-)
+from .chattts_loop import Generation, StreamDecoder, StreamWindows, decode_rows
+from .chattts_model import LoadedModel, Row, decorate_prompt
 from .chattts_steps import ChatTTSSteps, StepLimits
 
 log = logging.getLogger(__name__)

@@ -15,115 +15,33 @@ Why our own loop instead of ``Chat.infer``:
   steps plus a bounded left context and a right holdback, so its cost stays flat however long
   the utterance grows, where ChatTTS re-decodes the whole prefix for every chunk.
 
-Everything here runs on the batcher's scheduler thread. Sampling follows ChatTTS 0.2.5's
-``GPT.generate`` step for step (temperature, repetition penalty over the last 16 tokens, top-p,
-top-k, end-of-utterance masking before ``min_new_tokens``, ``multinomial``), which the tests pin
-against ChatTTS itself.
+Everything here runs on the batcher's scheduler thread. Sampling is ChatTTS 0.2.5's
+``GPT.generate``, step for step (:mod:`.chattts_sampling`, shared with the running batch of
+:mod:`.chattts_steps`), which the tests pin against ChatTTS itself; the model, rows, prompt
+embeddings and the audio decode are in :mod:`.chattts_model`.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812 - torch's own convention
 
+from . import chattts_model
 from .base import PcmF32
 from .chattts_config import Sampling
+from .chattts_model import SAMPLES_PER_STEP, LoadedModel, Row, embed_prompts
+from .chattts_sampling import (
+    REPETITION_WINDOW_STEPS,
+    logits_processors,
+    sample_tokens,
+    seeded_noise,
+)
 
-SAMPLES_PER_STEP = 512
-"""One GPT step = 2 mel frames x 256 samples at 24 kHz (21.3 ms)."""
-EDGE_SAMPLES = 256
-"""A decode of N steps yields N x 512 - 256 samples (centred ISTFT)."""
-REPETITION_WINDOW_STEPS = 16
-"""ChatTTS's repetition penalty looks at the last 16 tokens only (``gen_logits``): the
-processors get that window, not the whole history (which would cost O(steps) per step)."""
 _EMPTY: PcmF32 = np.zeros(0, dtype=np.float32)
-
-Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One utterance as the loop sees it."""
-
-    prompt: str
-    """The decorated prompt: ``[Stts][spk_emb][speed_5]text[Ptts]``."""
-    speaker: torch.Tensor | None
-    """Speaker embedding (hidden size, float16, CPU), or None for ChatTTS's empty speaker."""
-    seed: int | None
-    min_new_tokens: int
-    max_new_tokens: int
-
-
-def decorate_prompt(text: str, speed_level: int, with_speaker: bool) -> str:
-    """ChatTTS's code prompt (``Speaker.decorate_code_prompts`` with ``[speed_N]``)."""
-    for tag in ("[Stts]", "[spk_emb]", "[empty_spk]"):
-        text = text.replace(tag, "")
-    speaker = "[spk_emb]" if with_speaker else "[empty_spk]"
-    return f"[Stts]{speaker}[speed_{speed_level}]{text.strip()}[Ptts]"
-
-
-class LoadedModel:
-    """What the loop uses of a loaded ``ChatTTS.Chat``, plus values computed once."""
-
-    def __init__(self, chat: Any, device: torch.device) -> None:
-        self.chat = chat
-        self.device = device
-        self.gpt: torch.nn.Module = chat.gpt.gpt
-        self.hidden_size = int(chat.config.gpt.hidden_size)
-        self.num_vq = int(chat.config.gpt.num_vq)
-        self.num_audio_tokens = int(chat.config.gpt.num_audio_tokens)
-        self.eos_token = self.num_audio_tokens - 1
-        self.spk_emb_id = int(chat.tokenizer.spk_emb_ids)
-        self.code_head = _code_head_weight(chat.embed)
-        parameters = inspect.signature(type(self.gpt).forward).parameters
-        # transformers 5.x renamed `past_key_values` to `cache` (the old name warns per call).
-        self.cache_keyword = "cache" if "cache" in parameters else "past_key_values"
-
-    @property
-    def gpt_dtype(self) -> torch.dtype:
-        return next(self.gpt.parameters()).dtype
-
-
-@torch.inference_mode()
-def _code_head_weight(embed: Any) -> torch.Tensor:
-    """The num_vq weight-normalised code heads as one (num_vq x tokens, hidden) matrix."""
-    return torch.cat([head.weight.detach() for head in embed.head_code]).clone()
-
-
-def logits_processors(model: LoadedModel, sampling: Sampling) -> list[Processor]:
-    """ChatTTS's own processors (repetition penalty, then top-p, then top-k), fresh per call."""
-    from ChatTTS.model import gen_logits
-
-    warpers, processors = gen_logits(
-        num_code=model.eos_token,
-        top_P=sampling.top_p,
-        top_K=sampling.top_k,
-        repetition_penalty=sampling.repetition_penalty,
-    )
-    return [*processors, *warpers]
-
-
-@torch.inference_mode()
-def prompt_embeddings(model: LoadedModel, row: Row) -> torch.Tensor:
-    """One row's prompt as the GPT's input: (prompt tokens, hidden), with its speaker
-    embedding in place of ``[spk_emb]`` (as :class:`Generation` embeds a batch)."""
-    chat = model.chat
-    input_ids, _mask, text_mask = chat.tokenizer.encode(
-        [row.prompt], model.num_vq, device=model.device
-    )
-    embeds = chat.embed(input_ids, text_mask)
-    if row.speaker is not None:
-        speaker = F.normalize(row.speaker, p=2.0, dim=0, eps=1e-12).to(model.device)
-        where = input_ids[0, :, 0].eq(model.spk_emb_id)
-        embeds[0, where] = speaker.to(embeds.dtype)
-    embedded: torch.Tensor = embeds[0]
-    return embedded
 
 
 def _output_cache(outputs: Any) -> Any:
@@ -158,7 +76,7 @@ class Generation:
         )
         self._temperature = sampling.temperature
         self._processors = logits_processors(model, sampling)
-        self._fixed_noise = self._seeded_noise()
+        self._noise = [None if row.seed is None else seeded_noise(model, row.seed) for row in rows]
         self._cache: Any = None
         self._embeds, self._mask, self._positions = self._prefill_inputs()
 
@@ -172,49 +90,16 @@ class Generation:
         self.active = []
         nothing = torch.empty(0)
         self.hiddens = self.tokens = self._embeds = self._mask = self._positions = nothing
-        self._fixed_noise = None
+        self._noise = []
 
     # ---- preparation ----------------------------------------------------------------------
 
     @torch.inference_mode()
     def _prefill_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        model = self.model
-        chat = model.chat
-        input_ids, attention_mask, text_mask = chat.tokenizer.encode(
-            [row.prompt for row in self.rows], model.num_vq, device=model.device
-        )
-        embeds = chat.embed(input_ids, text_mask)
-        for index, row in enumerate(self.rows):
-            if row.speaker is None:
-                continue
-            speaker = F.normalize(row.speaker, p=2.0, dim=0, eps=1e-12).to(model.device)
-            where = input_ids[index, :, 0].eq(model.spk_emb_id)
-            embeds[index, where] = speaker.to(embeds.dtype)
+        embeds, attention_mask = embed_prompts(self.model, self.rows)
         positions = attention_mask.long().cumsum(-1) - 1
         positions.masked_fill_(attention_mask.eq(0), 1)
         return embeds, attention_mask, positions
-
-    @torch.inference_mode()
-    def _seeded_noise(self) -> torch.Tensor | None:
-        """Exponential noise per seeded row: ``multinomial`` with a generator reseeded every
-        step (ChatTTS's ``manual_seed``) draws the same noise at every step, so it is drawn
-        once. ``argmax(p / q)`` with ``q ~ Exp(1)`` is how torch samples one token."""
-        model = self.model
-        if all(row.seed is None for row in self.rows):
-            return None
-        shape = (model.num_vq, model.num_audio_tokens)
-        by_seed: dict[int, torch.Tensor] = {}
-        noise = torch.ones((len(self.rows), *shape), device=model.device)
-        for index, row in enumerate(self.rows):
-            if row.seed is None:
-                continue
-            if row.seed not in by_seed:
-                generator = torch.Generator(device=model.device).manual_seed(row.seed)
-                by_seed[row.seed] = torch.empty(shape, device=model.device).exponential_(
-                    1.0, generator=generator
-                )
-            noise[index] = by_seed[row.seed]
-        return noise
 
     # ---- one step -------------------------------------------------------------------------
 
@@ -243,38 +128,18 @@ class Generation:
         return hidden
 
     def _sample(self, hidden: torch.Tensor) -> torch.Tensor:
-        model = self.model
-        rows = len(self.active)
-        vocabulary = model.num_audio_tokens
-        logits = F.linear(hidden, model.code_head).view(rows * model.num_vq, vocabulary)
-        logits = logits / self._temperature
         step = self.steps_done
-        active = torch.tensor(self.active, device=model.device)
+        active = torch.tensor(self.active, device=self.model.device)
         first = max(0, step - REPETITION_WINDOW_STEPS)
-        history = self.tokens[active, first:step].permute(0, 2, 1)
-        history = history.reshape(rows * model.num_vq, step - first)
-        for processor in self._processors:
-            logits = processor(history, logits)
-        too_early = [step < self.rows[r].min_new_tokens for r in self.active]
-        if any(too_early):
-            mask = torch.tensor(too_early, device=model.device).repeat_interleave(model.num_vq)
-            logits[mask, model.eos_token] = -torch.inf
-        scores = F.softmax(logits, dim=-1)
-        noise = self._noise(active, scores)
-        return (scores / noise).argmax(dim=-1).view(rows, model.num_vq)
-
-    def _noise(self, active: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        """Exp(1) noise per (row, codebook): fixed for seeded rows, fresh for the others."""
-        seeded = [self.rows[r].seed is not None for r in self.active]
-        if self._fixed_noise is None or not any(seeded):
-            return torch.empty_like(scores).exponential_(1.0)
-        fixed = self._fixed_noise[active].reshape(scores.shape)
-        if all(seeded):
-            return fixed
-        fresh = torch.empty_like(scores).exponential_(1.0)
-        where = torch.tensor(seeded, device=scores.device)
-        where = where.repeat_interleave(self.model.num_vq).unsqueeze(1)
-        return torch.where(where, fixed, fresh)
+        return sample_tokens(
+            self.model,
+            hidden,
+            temperature=self._temperature,
+            processors=self._processors,
+            history=self.tokens[active, first:step],
+            too_early=[step < self.rows[r].min_new_tokens for r in self.active],
+            noise=[self._noise[r] for r in self.active],
+        )
 
     def _accept(self, hidden: torch.Tensor, tokens: torch.Tensor) -> None:
         model = self.model
@@ -329,18 +194,6 @@ class Generation:
 # ---- decoding ---------------------------------------------------------------------------
 
 
-@torch.inference_mode()
-def decode(model: LoadedModel, hiddens: torch.Tensor) -> np.ndarray:
-    """GPT hidden states (rows, steps, hidden) → audio (rows, steps x 512 - 256), float32.
-
-    ChatTTS's decoder (hidden → mel) then Vocos (mel → waveform), as ``Chat._decode_to_wavs``
-    does, without padding: every row here has the same real length.
-    """
-    mel = model.chat.decoder(hiddens.transpose(1, 2).contiguous())
-    wavs: torch.Tensor = model.chat.vocos.decode(mel)
-    return wavs.float().cpu().numpy()
-
-
 def decode_rows(model: LoadedModel, generation: Generation) -> list[PcmF32]:
     """Each row's whole audio, decoded at its own length (rows of equal length together)."""
     outputs: list[PcmF32] = [_EMPTY] * len(generation.rows)
@@ -350,7 +203,7 @@ def decode_rows(model: LoadedModel, generation: Generation) -> list[PcmF32]:
             by_length.setdefault(length, []).append(row_index)
     for length, row_indices in by_length.items():
         index = torch.tensor(row_indices, device=model.device)
-        audio = decode(model, generation.hiddens[index, :length])
+        audio = chattts_model.decode(model, generation.hiddens[index, :length])
         for position, row_index in enumerate(row_indices):
             outputs[row_index] = np.ascontiguousarray(audio[position], dtype=np.float32)
     return outputs
@@ -436,7 +289,9 @@ class StreamDecoder:
             end if final else min(self.generation.steps_done, end + self.windows.holdback_steps)
         )
         index = torch.tensor(row_indices, device=self.model.device)
-        audio = decode(self.model, self.generation.hiddens[index, window_start:window_end])
+        audio = chattts_model.decode(
+            self.model, self.generation.hiddens[index, window_start:window_end]
+        )
         first = (start - window_start) * SAMPLES_PER_STEP
         last = audio.shape[1] if final else (end - window_start) * SAMPLES_PER_STEP
         return [np.ascontiguousarray(a[first:last], dtype=np.float32) for a in audio]

@@ -38,18 +38,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 - torch's own convention
 
+from . import chattts_model
 from .base import PcmF32, StepEvent, StepSession, Utterance
 from .chattts_config import Sampling
-from .chattts_loop import (
+from .chattts_loop import StreamWindows
+from .chattts_model import SAMPLES_PER_STEP, LoadedModel, Row, prompt_embeddings
+from .chattts_sampling import (
     REPETITION_WINDOW_STEPS,
-    SAMPLES_PER_STEP,
-    LoadedModel,
     Processor,
-    Row,
-    StreamWindows,
-    decode,
     logits_processors,
-    prompt_embeddings,
+    sample_tokens,
+    seeded_noise,
 )
 
 T = TypeVar("T")
@@ -336,7 +335,9 @@ class ChatTTSSteps(StepSession):
         group = [finished for finished in self._pending if finished.length == length]
         if length == 0:
             return [StepEvent(finished.handle, _EMPTY, True) for finished in group], group
-        audio = decode(self.model, torch.stack([finished.hiddens for finished in group]))
+        audio = chattts_model.decode(
+            self.model, torch.stack([finished.hiddens for finished in group])
+        )
         events = [
             StepEvent(finished.handle, np.ascontiguousarray(samples, dtype=np.float32), True)
             for finished, samples in zip(group, audio, strict=True)
@@ -387,11 +388,7 @@ class ChatTTSSteps(StepSession):
         state.hiddens = torch.zeros((capacity, model.hidden_size), device=model.device)
         state.tokens = torch.zeros((capacity, model.num_vq), dtype=torch.long, device=model.device)
         if row.seed is not None:
-            generator = torch.Generator(device=model.device).manual_seed(row.seed)
-            shape = (model.num_vq, model.num_audio_tokens)
-            state.noise = torch.empty(shape, device=model.device).exponential_(
-                1.0, generator=generator
-            )
+            state.noise = seeded_noise(model, row.seed)
 
     # ---- forward --------------------------------------------------------------------------
 
@@ -459,11 +456,10 @@ class ChatTTSSteps(StepSession):
     # ---- sampling -------------------------------------------------------------------------
 
     def _sample(self, sampled: list[_Sampled]) -> None:
-        """A token per row, ChatTTS's way, with each row's own sampling and history."""
+        """A token per row, ChatTTS's way, with each row's own sampling and history: one
+        :func:`~.chattts_sampling.sample_tokens` per (sampling, history length) group."""
         model = self.model
-        vocabulary = model.num_audio_tokens
         hidden = torch.stack([item.hidden for item in sampled])
-        logits_all = F.linear(hidden, model.code_head)
         groups: dict[tuple[Sampling, int], list[int]] = {}
         for position, item in enumerate(sampled):
             sampling = item.state.sampling
@@ -471,33 +467,19 @@ class ChatTTSSteps(StepSession):
             history = min(item.state.steps, REPETITION_WINDOW_STEPS)
             groups.setdefault((sampling, history), []).append(position)
         for (sampling, history), positions in groups.items():
-            count = len(positions)
-            where = torch.tensor(positions, device=model.device)
-            logits = logits_all[where].view(count * model.num_vq, vocabulary)
-            logits = logits / sampling.temperature
             states = [sampled[p].state for p in positions]
-            past = torch.stack(
-                [_buffer(s.tokens)[s.steps - history : s.steps] for s in states]
-            ).permute(0, 2, 1)
-            past = past.reshape(count * model.num_vq, history)
-            for processor in self._processors_for(sampling):
-                logits = processor(past, logits)
-            too_early = [s.steps < _row(s).min_new_tokens for s in states]
-            if any(too_early):
-                mask = torch.tensor(too_early, device=model.device)
-                logits[mask.repeat_interleave(model.num_vq), model.eos_token] = -torch.inf
-            scores = F.softmax(logits, dim=-1)
-            noise = torch.stack(
-                [
-                    s.noise
-                    if s.noise is not None
-                    else torch.empty((model.num_vq, vocabulary), device=model.device).exponential_(
-                        1.0
-                    )
-                    for s in states
-                ]
-            ).view(scores.shape)
-            tokens = (scores / noise).argmax(dim=-1).view(count, model.num_vq)
+            where = torch.tensor(positions, device=model.device)
+            tokens = sample_tokens(
+                model,
+                hidden[where],
+                temperature=sampling.temperature,
+                processors=self._processors_for(sampling),
+                history=torch.stack(
+                    [_buffer(s.tokens)[s.steps - history : s.steps] for s in states]
+                ),
+                too_early=[s.steps < _row(s).min_new_tokens for s in states],
+                noise=[s.noise for s in states],
+            )
             ended = tokens.eq(model.eos_token).any(dim=1).tolist()
             for offset, position in enumerate(positions):
                 sampled[position].token = tokens[offset]
@@ -564,7 +546,7 @@ class ChatTTSSteps(StepSession):
             stacked = torch.stack(
                 [_buffer(state.hiddens)[first : first + size] for state, first in members]
             )
-            decoded = decode(self.model, stacked)
+            decoded = chattts_model.decode(self.model, stacked)
             for (state, _first), samples in zip(members, decoded, strict=True):
                 final = keep_to == size
                 begin = keep_from * SAMPLES_PER_STEP

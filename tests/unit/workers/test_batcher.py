@@ -24,7 +24,7 @@ from voicelane.common.errors import (
     UnknownVoiceError,
 )
 from voicelane.core.settings import BatcherSettings
-from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines.base import Utterance
 
 T = 5.0  # seconds any wait may take before the test fails

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from tests.support.engines import RecordingEngine
-from voicelane.workers.batcher import Batcher, Priority, ReloadReport
+from voicelane.workers.batching import Batcher, Priority, ReloadReport
 from voicelane.workers.engines import Utterance
 
 

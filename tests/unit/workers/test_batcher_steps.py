@@ -1,4 +1,4 @@
-"""Continuous batching: each rule of the batcher's step loop (``workers/stepping.py``),
+"""Continuous batching: each rule of the batcher's step loop (``workers/batching/stepping.py``),
 pinned with a deterministic stepping engine, its step gate and a fake clock.
 
 Nothing here sleeps: tests hold the engine at a step (``gate.wait_at``), let steps through
@@ -21,7 +21,7 @@ from voicelane.common.errors import (
     ShuttingDownError,
 )
 from voicelane.core.settings import BatcherSettings
-from voicelane.workers.batcher import AudioStream, Batcher, Priority
+from voicelane.workers.batching import AudioStream, Batcher, Priority
 from voicelane.workers.engines.base import PcmF32, Utterance
 
 T = 5.0  # seconds any wait may take before the test fails
@@ -590,3 +590,93 @@ def test_no_solo_steps_when_a_step_costs_the_same_whatever_its_rows(
         and any(t.startswith("bulk") for t in engine.step_texts(i - 1))
     ]
     assert len(solo) <= 1
+
+
+# ---- preemption -------------------------------------------------------------------------------
+
+
+def test_a_realtime_row_that_does_not_fit_preempts_the_youngest_batch_row(
+    build: Build, engine: SteppingEngine
+) -> None:
+    """Memory for three rows, all batch rows: a live row takes the youngest one's place at the
+    next step (that row leaves the session, its memory freed); the preempted row goes back to
+    the front of its queue and later completes with its whole audio, rendered again."""
+    engine.fits_when = lambda rows, utterance: rows < 3
+    batcher = build(max_batch=8)
+    texts = ["batch-0-..........", "batch-1-..........", "batch-2-..........", "batch-3-."]
+    futures = {text: batcher.submit(u(text)) for text in texts}
+    engine.gate.hold()
+    batcher.start(timeout_s=T)
+    assert engine.gate.wait_at(0)
+    assert engine.texts(engine.steps_log[0].prefill) == texts[:3]  # "batch-3" does not fit
+    engine.gate.allow(2)
+    assert engine.gate.wait_at(2)  # three batch rows decoding
+    live = batcher.submit_stream(u("live"), priority=Priority.REALTIME)
+    engine.gate.allow(1)
+    assert engine.gate.wait_at(3)  # the very next step: the live row prefills
+    assert engine.step_texts(3) == ["live", *texts[:2]]
+    preempted = engine.sessions[0].removed
+    assert engine.texts(preempted) == [texts[2]]  # the youngest batch row, out of the session
+    assert batcher.stats().preempted == 1
+    engine.gate.allow(1)
+    assert engine.gate.wait_at(4)
+    engine.gate.allow(1)
+    assert engine.gate.wait_at(5)  # the step after its prefill is done: its first sample
+    first = live.read_nowait()
+    assert first is not None
+    engine.gate.release()
+    np.testing.assert_array_equal(np.concatenate([first, *live]), expect("live"))
+    for text, future in futures.items():
+        np.testing.assert_array_equal(future.result(T), expect(text))
+    assert batcher.settle(T)
+    session = engine.sessions[0]
+    assert engine.texts(session.finished).count(texts[2]) == 1  # rendered again, to its end
+    assert max(len(record.handles) for record in engine.steps_log) <= 3
+    assert batcher.stats().preempted == 1
+
+
+def test_a_batch_row_that_streamed_audio_is_not_preempted(
+    build: Build, engine: SteppingEngine
+) -> None:
+    """A batch-class stream that already played cannot be rendered again: a live row that
+    does not fit beside it waits for it to end instead."""
+    engine.fits_when = lambda rows, utterance: rows < 1
+    batcher = build(max_batch=8)
+    playing = batcher.submit_stream(u("playing-batch"), priority=Priority.BATCH)
+    engine.gate.hold()
+    batcher.start(timeout_s=T)
+    assert engine.gate.wait_at(0)
+    engine.gate.allow(2)
+    assert engine.gate.wait_at(2)
+    first = playing.read(T)  # it streamed its first sample
+    live = batcher.submit_stream(u("live"), priority=Priority.REALTIME)
+    engine.gate.allow(1)
+    assert engine.gate.wait_at(3)
+    assert engine.step_texts(3) == ["playing-batch"]
+    engine.gate.release()
+    assert first is not None
+    np.testing.assert_array_equal(np.concatenate([first, *playing]), expect("playing-batch"))
+    np.testing.assert_array_equal(played(live), expect("live"))
+    assert batcher.settle(T)
+    assert engine.sessions[0].removed == []
+    assert batcher.stats().preempted == 0
+
+
+def test_a_realtime_row_never_preempts_another_realtime_row(
+    build: Build, engine: SteppingEngine
+) -> None:
+    engine.fits_when = lambda rows, utterance: rows < 1
+    batcher = build(max_batch=8)
+    first = batcher.submit_stream(u("first-live"), priority=Priority.REALTIME)
+    engine.gate.hold()
+    batcher.start(timeout_s=T)
+    assert engine.gate.wait_at(0)
+    second = batcher.submit_stream(u("second-live"), priority=Priority.REALTIME)
+    engine.gate.allow(1)
+    assert engine.gate.wait_at(1)
+    assert engine.step_texts(1) == ["first-live"]
+    engine.gate.release()
+    np.testing.assert_array_equal(played(first), expect("first-live"))
+    np.testing.assert_array_equal(played(second), expect("second-live"))
+    assert batcher.settle(T)
+    assert batcher.stats().preempted == 0

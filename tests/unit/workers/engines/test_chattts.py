@@ -38,15 +38,18 @@ from voicelane.common.errors import (  # noqa: E402
     is_permanent,
 )
 from voicelane.core.settings import BatcherSettings  # noqa: E402
-from voicelane.workers.batcher import AudioStream, Batcher, Priority  # noqa: E402
-from voicelane.workers.engines import PcmF32, Utterance, chattts_loop, create_engine  # noqa: E402
+from voicelane.workers.batching import AudioStream, Batcher, Priority  # noqa: E402
+from voicelane.workers.engines import (  # noqa: E402
+    PcmF32,
+    Utterance,
+    chattts_loop,
+    chattts_model,
+    create_engine,
+)
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling, UtteranceParser  # noqa: E402
-from voicelane.workers.engines.chattts_loop import (  # noqa: E402
-    Generation,
-    Row,
-    decorate_prompt,
-)
+from voicelane.workers.engines.chattts_loop import Generation  # noqa: E402
+from voicelane.workers.engines.chattts_model import Row, decorate_prompt  # noqa: E402
 
 TIMEOUT_S = 60.0
 VOICE = "seed:3"
@@ -291,13 +294,13 @@ def test_each_streamed_chunk_decodes_a_bounded_window(
     """Decode cost stays flat: no chunk decodes more than context + chunk + holdback steps,
     however long the utterance (ChatTTS re-decodes the whole prefix every time)."""
     windows_steps: list[int] = []
-    original = chattts_loop.decode
+    original = chattts_model.decode
 
-    def recording_decode(model: chattts_loop.LoadedModel, hiddens: torch.Tensor) -> np.ndarray:
+    def recording_decode(model: chattts_model.LoadedModel, hiddens: torch.Tensor) -> np.ndarray:
         windows_steps.append(int(hiddens.shape[1]))
         return original(model, hiddens)
 
-    monkeypatch.setattr(chattts_loop, "decode", recording_decode)
+    monkeypatch.setattr(chattts_model, "decode", recording_decode)
     chunks = list(engine.synthesize_stream([Utterance("x", VOICE, seed=1, params=exact(400))]))
     w = engine.windows
     bound = w.context_steps + w.stream_chunk_steps + w.holdback_steps

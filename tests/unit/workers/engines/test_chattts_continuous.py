@@ -24,7 +24,7 @@ from voicelane.common.errors import (  # noqa: E402
     EngineOutOfMemoryError,
 )
 from voicelane.core.settings import BatcherSettings  # noqa: E402
-from voicelane.workers.batcher import Batcher, Priority  # noqa: E402
+from voicelane.workers.batching import Batcher, Priority  # noqa: E402
 from voicelane.workers.engines.base import PcmF32, Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from voicelane.workers.engines.chattts_config import ChatTTSSettings  # noqa: E402
@@ -78,6 +78,46 @@ def test_a_realtime_row_gets_its_first_chunk_a_few_steps_after_64_batch_rows(
     assert FIRST_CHUNK_STEPS <= waited <= FIRST_CHUNK_STEPS + 2
     assert np.concatenate(chunks).size == 48 * 512 - 256
     assert paused == 0  # the loop went back to stepping every row once it had room
+
+
+def test_a_live_row_preempts_a_batch_row_when_the_kv_budget_is_full(
+    chattts_checkpoint: Checkpoint,
+) -> None:
+    """The KV budget holds exactly four batch rows: a live row that arrives takes the youngest
+    one's place (its blocks freed), gets its first chunk as soon as it would alone (give or
+    take the step running when it came), and the preempted row, rendered again from its
+    start, completes with the audio it gives alone."""
+    rows = [batch_row(i, 120) for i in range(4)]
+    probe = Utterance("Hello there.", "seed:1", seed=3, params=exact(48))
+    sizing = ChatTTSEngine(ChatTTSSettings(dir=chattts_checkpoint.directory))
+    sizing.load()
+    alone = [whole(sizing, row) for row in rows]
+    budget = sum(sizing.reserved_tokens(row) for row in rows)
+    assert sizing.reserved_tokens(probe) < sizing.reserved_tokens(rows[-1])
+    sizing.unload()
+    engine = ChatTTSEngine(
+        ChatTTSSettings(dir=chattts_checkpoint.directory, kv_budget_tokens=budget)
+    )
+    with Batcher(engine, BatcherSettings(max_batch=64)) as batcher:
+        futures = [batcher.submit(row) for row in rows]
+        while batcher.stats().batches < 20:  # every batch row prefilled and decoding
+            threading.Event().wait(0.01)
+        assert batcher.stats().items == 4
+        first_chunk_at: list[int] = []
+        submitted_at = batcher.stats().batches
+        stream = batcher.submit_stream(probe, priority=Priority.REALTIME)
+        stream.listen(lambda: first_chunk_at.append(batcher.stats().batches))
+        chunks = list(stream)
+        outputs = [future.result(TIMEOUT_S) for future in futures]
+        stats = batcher.stats()
+    waited = first_chunk_at[0] - submitted_at
+    assert FIRST_CHUNK_STEPS <= waited <= FIRST_CHUNK_STEPS + 2
+    assert np.concatenate(chunks).size == 48 * 512 - 256
+    assert stats.preempted == 1
+    assert stats.items == 6  # four batch rows, the live row, the preempted row again
+    for reference, audio in zip(alone, outputs, strict=True):
+        assert audio.shape == reference.shape
+        assert float(np.abs(reference - audio).max()) < 1e-5
 
 
 def test_rows_of_a_running_batch_give_the_audio_they_give_alone(engine: ChatTTSEngine) -> None:

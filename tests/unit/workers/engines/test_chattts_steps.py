@@ -24,7 +24,8 @@ from voicelane.common.errors import EngineOutOfMemoryError  # noqa: E402
 from voicelane.workers.engines.base import PcmF32, Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling  # noqa: E402
-from voicelane.workers.engines.chattts_loop import Generation, Row, decode_rows, decorate_prompt  # noqa: E402
+from voicelane.workers.engines.chattts_loop import Generation, decode_rows  # noqa: E402
+from voicelane.workers.engines.chattts_model import Row, decorate_prompt  # noqa: E402
 from voicelane.workers.engines.chattts_steps import ChatTTSSteps  # noqa: E402
 
 Admissions = Mapping[int, Sequence[tuple[int, Utterance]]]

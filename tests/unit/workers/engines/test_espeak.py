@@ -7,7 +7,7 @@ import pytest
 
 from voicelane.common.errors import InvalidInputError, UnknownVoiceError
 from voicelane.core.rules import DEFAULT_VOICE as AUTO_VOICE
-from voicelane.workers.batcher import Batcher, Priority
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Utterance, create_engine
 from voicelane.workers.engines.espeak import EspeakEngine
 

@@ -1,10 +1,10 @@
-"""Continuous batching: the batcher's scheduler loop for engines that step a running batch.
+"""Continuous batching: the scheduler loop for engines that step a running batch (ChatTTS).
 
 When the engine sets ``steps = True`` and ``BatcherSettings.continuous`` is on, the
 batcher's scheduler thread runs :class:`StepLoop` instead of static batches. The loop owns
-one :class:`~voicelane.workers.engines.base.StepSession` and works step by step; rows join and leave
-between steps. It shares the batcher's queues, lock, counters and helpers (sweeping, fair
-heads, requeueing, reloading): it is the batcher's other half, kept in its own module.
+one :class:`~voicelane.workers.engines.base.StepSession` and works step by step; rows join
+and leave between steps. It shares the work queue, the OOM backoff and the metrics with the
+static loop (:mod:`voicelane.workers.batching`).
 
 Rules (``docs/batcher.md``, "Continuous batching"):
 
@@ -13,11 +13,17 @@ Rules (``docs/batcher.md``, "Continuous batching"):
   voice and sampling share the running batch.
 * Admission, at every step boundary. ``capacity`` is the effective ``max_batch`` (halved on
   OOM). Real-time items (FIFO) join while the session has fewer than ``capacity`` real-time
-  rows; batch items (the batcher's fair head, round robin between tenants) join while it has
-  fewer than ``capacity`` rows in all, paused ones included. Every row also needs
-  ``StepSession.fits``; a queued real-time item that does not fit stops all admission
-  (nothing batch takes memory ahead of it), and an item that does not fit an empty session
-  fails with :class:`~voicelane.common.errors.EngineOutOfMemoryError`.
+  rows; batch items (the fair head, round robin between tenants) join while it has fewer
+  than ``capacity`` rows in all, paused ones included. Every row also needs
+  ``StepSession.fits``.
+* **Preemption**: a real-time item that does not fit takes the place of the youngest batch
+  row that has streamed nothing: that row leaves the session (its memory — ChatTTS's KV
+  blocks — freed at once), goes back to the front of its queue and is rendered again from
+  its start when it rejoins (a seeded row renders the same audio: nothing of it was sent).
+  Batch rows are preempted one at a time until the real-time item fits; when none is left to
+  preempt, or a batch item does not fit, admission waits for rows to leave (nothing joins
+  ahead of it). An item that does not fit an empty session fails with
+  :class:`~voicelane.common.errors.EngineOutOfMemoryError`.
 * The step set: real-time rows in admission order, then batch rows in admission order, cut
   at ``capacity``. Batch rows beyond it are *paused*: not stepped, keeping their state, and
   resumed when room frees. That is how a real-time row gets into a batch full of batch-lane
@@ -30,67 +36,51 @@ Rules (``docs/batcher.md``, "Continuous batching"):
 * After each step, rows whose stream or future was cancelled, or whose deadline passed, are
   removed from the session: a cancelled stream just ends, an expired row fails with
   :class:`~voicelane.common.errors.DeadlineExceededError`. Other rows are unaffected.
-* Out of memory (nothing of the failed step was committed): ``capacity`` becomes half of
-  ``min(capacity, step set size)``; the rows of the step set beyond it (youngest batch rows
-  first, then youngest real-time rows) leave the session: those that already streamed audio
-  fail with the OOM error, the others go back to the front of their queues and join again
-  later. A step set of one row that still does not fit fails that row. Capacity doubles back
-  (up to ``max_batch``) after ``grow_after_successes`` *rows completed* since the last OOM.
+* Out of memory (nothing of the failed step was committed): the backoff's rule
+  (:mod:`~voicelane.workers.batching.backoff`), over the step set; the rows of the step set
+  beyond the new capacity (youngest batch rows first, then youngest real-time rows) leave
+  the session: those that already streamed audio fail with the OOM error, the others go back
+  to the front of their queues and join again later. A step set of one row that still does
+  not fit fails that row. Capacity grows back after ``grow_after_successes`` *rows
+  completed* since the last OOM.
 * Any other engine failure fails every row of the session with
-  :class:`~voicelane.common.errors.EngineError` (or the engine's own typed error); the session is
-  closed and a new one opened; queued work goes on.
+  :class:`~voicelane.common.errors.EngineError` (or the engine's own typed error); the
+  session is closed and a new one opened; queued work goes on.
 * A reload (:meth:`Batcher.reload`) stops admission, lets the running rows finish, then
   closes the session, reloads the engine and opens a new session. ``close(drain=True)``
   steps until the queues and the session are empty; ``close(drain=False)`` fails running
   and queued rows with :class:`~voicelane.common.errors.ShuttingDownError`.
 * Metrics: ``batches`` counts steps, ``batch_sizes`` is the histogram of step-set sizes,
-  ``items`` counts admitted rows (a row put back after an OOM counts again), waits are
-  submit → admission, busy time is time inside ``StepSession.step``, ``paused`` the rows
-  left out of the last step.
+  ``items`` counts admitted rows (a row put back after an OOM or a preemption counts again),
+  waits are submit → admission, busy time is time inside ``StepSession.step``, ``paused``
+  the rows left out of the last step, ``preempted`` the rows preempted so far.
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 import statistics
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 
 from voicelane.common.errors import (
     CancelledError,
-    DeadlineExceededError,
-    EngineError,
     EngineOutOfMemoryError,
     ShuttingDownError,
     VoicelaneError,
 )
-from voicelane.core import metrics
-from voicelane.workers.batcher import Priority, _Item
-from voicelane.workers.engines.base import StepEvent, StepSession
-
-if TYPE_CHECKING:
-    from voicelane.workers.batcher import Batcher
+from voicelane.core.settings import BatcherSettings
+from voicelane.workers.batching.backoff import OomBackoff, split_for_retry, typed_engine_error
+from voicelane.workers.batching.items import Item, Priority
+from voicelane.workers.batching.lifecycle import reload_engine
+from voicelane.workers.batching.metrics import BatchMetrics
+from voicelane.workers.batching.work_queue import Boundary, WorkQueue
+from voicelane.workers.engines.base import Engine, StepEvent, StepSession
 
 log = logging.getLogger(__name__)
-
-
-class _Next(enum.Enum):
-    """What the loop does after a step boundary."""
-
-    STEP = "step"
-    RELOAD = "reload"
-    STOP = "stop"
-
-
-def typed_engine_error(engine_name: str, error: Exception) -> VoicelaneError:
-    """The engine's own typed error, or an :class:`EngineError` naming the failure."""
-    if isinstance(error, VoicelaneError):
-        return error
-    return EngineError(f"engine {engine_name} failed: {type(error).__name__}: {error}")
 
 
 class StepCosts:
@@ -137,20 +127,35 @@ class StepCosts:
 
 
 class StepLoop:
-    """The batcher's scheduler loop for a stepping engine (continuous batching).
+    """The scheduler loop for a stepping engine (continuous batching).
 
     Made and run on the batcher's scheduler thread, after the engine loaded; only that
     thread touches the session and the rows.
     """
 
-    def __init__(self, batcher: Batcher) -> None:
-        self._batcher = batcher
+    def __init__(
+        self,
+        engine: Engine,
+        queue: WorkQueue,
+        *,
+        config: BatcherSettings,
+        backoff: OomBackoff,
+        metrics: BatchMetrics,
+        clock: Callable[[], float],
+        name: str,
+    ) -> None:
+        self._engine = engine
+        self._queue = queue
+        self._config = config
+        self._backoff = backoff
+        self._metrics = metrics
+        self._clock = clock
+        self._name = name
         self._costs = StepCosts()
         self._solo_run = 0
         """Real-time-only steps in a row."""
-        self._engine = batcher.engine
-        self._session: StepSession = batcher.engine.open_steps()
-        self._rows: dict[int, _Item] = {}
+        self._session: StepSession = engine.open_steps()
+        self._rows: dict[int, Item] = {}
         """Handle → item, for every row in the session, in admission order."""
         self._handles = itertools.count(1)
         self._fresh: set[int] = set()
@@ -162,8 +167,11 @@ class StepLoop:
     def run(self) -> None:
         """Step until the batcher closes; then fail what still runs and close the session."""
         try:
-            while (action := self._boundary()) is not _Next.STOP:
-                if action is _Next.RELOAD:
+            while True:
+                action = self._queue.next_boundary(running=bool(self._rows))
+                if action is Boundary.STOP:
+                    return
+                if action is Boundary.RELOAD:
                     self._reload()
                     continue
                 self._admit_queued()
@@ -172,38 +180,13 @@ class StepLoop:
                     self._step(handles)
                 self._drop_gone()
         finally:
-            self._fail_rows(ShuttingDownError(f"{self._batcher._name} stopped"))
+            self._fail_rows(ShuttingDownError(f"{self._name} stopped"))
             self._close_session()
-
-    def _boundary(self) -> _Next:
-        """At a step boundary, under the lock: drop cancelled and expired queued items, then
-        decide: step (rows running or queued), reload (asked for, and no row running), stop
-        (closing without drain, or drained), or wait for work."""
-        b = self._batcher
-        dropped: list[tuple[_Item, VoicelaneError]] = []
-        try:
-            with b._lock:
-                while True:
-                    b._sweep(b.clock(), dropped)
-                    if b._closing and not b._drain:
-                        return _Next.STOP
-                    if b._reloads and not b._closing:
-                        return _Next.STEP if self._rows else _Next.RELOAD
-                    queues = b._queues
-                    if self._rows or queues[Priority.REALTIME] or queues[Priority.BATCH]:
-                        return _Next.STEP
-                    if b._closing:
-                        return _Next.STOP
-                    b._plan = None
-                    b._wait(None)
-        finally:
-            for item, error in dropped:
-                item.fail(error)
 
     def _reload(self) -> None:
         """No row running: close the session, reload the engine, open a new session."""
         self._close_session()
-        self._batcher._reload_engine()
+        reload_engine(self._engine, self._queue.take_reloads())
         self._session = self._engine.open_steps()
 
     # ------------------------------------------------------------------ admission
@@ -211,38 +194,40 @@ class StepLoop:
     def _admit_queued(self) -> None:
         """Let queued items join the running batch, one at a time (each admission changes
         what the session :meth:`~StepSession.fits`)."""
-        while (taken := self._next_admission()) is not None:
-            item, fits = taken
-            self._admit(item, fits=fits)
-
-    def _next_admission(self) -> tuple[_Item, bool] | None:
-        """Under the lock: the next item to join, taken off its queue, and whether it fits
-        the session; None when nothing more joins at this boundary."""
-        b = self._batcher
-        with b._lock:
-            if (b._reloads and not b._closing) or (b._closing and not b._drain):
-                return None
-            capacity = b._effective_max
-            realtime, batch = b._queues[Priority.REALTIME], b._queues[Priority.BATCH]
-            if realtime and self._count(Priority.REALTIME) < capacity:
-                head = realtime[0]
-            elif batch and len(self._rows) < capacity:
-                head = b._fair_batch_head(batch)
-            else:
-                return None
+        while True:
+            capacity = self._backoff.capacity
+            head = self._queue.admission_head(
+                realtime=self._count(Priority.REALTIME) < capacity,
+                batch=len(self._rows) < capacity,
+            )
+            if head is None:
+                return
             fits = self._session.fits(head.utterance)
             if not fits and self._rows:
-                return None  # it waits for rows to leave; nothing goes ahead of it
-            b._take([head])
-            return head, fits
+                if head.priority is Priority.REALTIME and self._preempt_one():
+                    continue  # a batch row made room: try again
+                return  # it waits for rows to leave; nothing goes ahead of it
+            self._queue.take(head)
+            self._admit(head, fits=fits)
 
-    def _admit(self, item: _Item, *, fits: bool) -> None:
-        """Outside the lock: mark the item running and add it to the session."""
-        b = self._batcher
+    def _preempt_one(self) -> bool:
+        """Take the youngest batch row that streamed nothing out of the session (its memory
+        freed) and put it back at the front of its queue; False when there is none."""
+        for handle in reversed(self._rows):
+            item = self._rows[handle]
+            if item.priority is Priority.BATCH and not item.delivered:
+                self._evict(handle).reset()
+                self._queue.requeue_front([item])
+                self._metrics.row_preempted()
+                log.info("preempted a batch row for a real-time row that did not fit")
+                return True
+        return False
+
+    def _admit(self, item: Item, *, fits: bool) -> None:
+        """Mark the item running and add it to the session."""
         if not item.start():
             item.fail(CancelledError("cancelled before it ran"))
-            with b._lock:
-                b._metrics.dropped_cancelled += 1
+            self._metrics.dropped(cancelled=1)
             return
         if not fits:
             item.fail(
@@ -260,8 +245,7 @@ class StepLoop:
             return
         self._rows[handle] = item
         self._fresh.add(handle)
-        with b._lock:
-            b._metrics.observe_admission(item, b.clock())
+        self._metrics.row_admitted(item, self._clock())
 
     def _count(self, priority: Priority) -> int:
         return sum(1 for item in self._rows.values() if item.priority is priority)
@@ -274,7 +258,7 @@ class StepLoop:
         real-time row waits for its first audio and solo steps pay (:class:`StepCosts`)."""
         realtime = [h for h, item in self._rows.items() if item.priority is Priority.REALTIME]
         batch = [h for h, item in self._rows.items() if item.priority is Priority.BATCH]
-        capacity = self._batcher._effective_max
+        capacity = self._backoff.capacity
         if realtime and batch and self._solo_now(realtime):
             self._solo_run += 1
             return realtime[:capacity]
@@ -282,7 +266,7 @@ class StepLoop:
         return (realtime + batch)[:capacity]
 
     def _solo_now(self, realtime: list[int]) -> bool:
-        if self._solo_run >= self._batcher.config.realtime_solo_steps:
+        if self._solo_run >= self._config.realtime_solo_steps:
             return False
         if all(self._rows[handle].samples > 0 for handle in realtime):
             return False  # every live row already plays: they step with the batch
@@ -290,21 +274,19 @@ class StepLoop:
 
     def _step(self, handles: list[int]) -> None:
         """One step of ``handles``: deliver its audio, complete the rows that finished."""
-        b = self._batcher
-        top = self._rows[handles[0]].priority
-        with b._lock:
-            b._metrics.observe_step(len(handles), top, len(self._rows) - len(handles))
-        started = b.clock()
+        self._metrics.step_started([self._rows[h] for h in handles], len(self._rows) - len(handles))
+        started = self._clock()
         try:
             events = self._session.step(handles)
         except Exception as error:
-            self._add_busy(started)
+            self._metrics.busy(self._clock() - started)
             if isinstance(error, EngineOutOfMemoryError):
                 self._on_oom(handles, error)
             else:
                 self._on_failure(handles, error)
             return
-        elapsed = self._add_busy(started)
+        elapsed = self._clock() - started
+        self._metrics.busy(elapsed)
         prefilled = not self._fresh.isdisjoint(handles)
         self._fresh.difference_update(handles)
         if prefilled:
@@ -316,13 +298,6 @@ class StepLoop:
         for event in events:
             self._deliver(event)
 
-    def _add_busy(self, started: float) -> float:
-        b = self._batcher
-        elapsed = b.clock() - started
-        with b._lock:
-            b._metrics.busy_s += elapsed
-        return elapsed
-
     def _deliver(self, event: StepEvent) -> None:
         item = self._rows.get(event.handle)
         if item is None:
@@ -333,32 +308,16 @@ class StepLoop:
         if event.finished:
             del self._rows[event.handle]  # the session already released it
             item.complete()
-            self._note_success()
-
-    def _note_success(self) -> None:
-        """A row completed: after enough of them since the last OOM, capacity doubles."""
-        b = self._batcher
-        with b._lock:
-            b._successes += 1
-            if b._effective_max < b.max_batch and b._successes >= b.config.grow_after_successes:
-                b._effective_max = min(b.max_batch, b._effective_max * 2)
-                b._successes = 0
-                log.info("max_batch grows back to %d", b._effective_max)
+            self._backoff.succeeded()
 
     def _drop_gone(self) -> None:
         """Remove the rows cancelled or past their deadline; end or fail them."""
-        now = self._batcher.clock()
+        now = self._clock()
         for handle, item in list(self._rows.items()):
-            if item.cancelled:
-                self._evict(handle)
-                if item.stream is not None:
-                    item.stream._end()
-                else:
-                    item.fail(CancelledError("cancelled while rendering"))
-            elif item.deadline_s is not None and now >= item.deadline_s:
-                self._evict(handle).fail(DeadlineExceededError("deadline passed while rendering"))
+            if item.gone(now):
+                self._evict(handle).end_gone()
 
-    def _evict(self, handle: int) -> _Item:
+    def _evict(self, handle: int) -> Item:
         """Take a row out of the session (its memory is released now)."""
         self._session.remove(handle)
         self._fresh.discard(handle)
@@ -367,39 +326,23 @@ class StepLoop:
     # ------------------------------------------------------------------ failures
 
     def _on_oom(self, handles: list[int], error: EngineOutOfMemoryError) -> None:
-        """Halve the capacity; the step set's rows beyond it leave the session: back to
-        the front of their queues, or failed when they already streamed audio."""
-        b = self._batcher
-        metrics.OOM_EVENTS.inc()
-        with b._lock:
-            b._metrics.oom_events += 1
-            b._successes = 0
-            b._effective_max = max(1, min(b._effective_max, len(handles)) // 2)
-            capacity = b._effective_max
-        log.warning("out of memory on a step of %d rows; max_batch is now %d", len(handles),
-                    capacity)  # fmt: skip
+        """The backoff's new capacity; the step set's rows beyond it leave the session: back
+        to the front of their queues, or failed when they already streamed audio."""
+        self._metrics.out_of_memory()
+        capacity = self._backoff.out_of_memory(len(handles))
         if len(handles) == 1:
             self._evict(handles[0]).fail(error)
             return
-        retry: list[_Item] = []
-        for handle in handles[capacity:]:  # the youngest batch rows, then real-time ones
-            item = self._evict(handle)
-            if item.delivered:  # a stream that already played audio cannot be re-rendered
-                item.fail(error)
-            else:
-                item.chunks.clear()
-                retry.append(item)
-        if retry:
-            b._requeue_front(retry)
+        leaving = [self._evict(handle) for handle in handles[capacity:]]
+        if retry := split_for_retry(leaving, error):  # youngest batch rows, then real-time
+            self._queue.requeue_front(retry)
 
     def _on_failure(self, handles: list[int], error: Exception) -> None:
         """Any other engine failure: every row fails; a new session carries on."""
-        b = self._batcher
         log.error("a step of %d rows failed on engine %s", len(handles), self._engine.name,
                   exc_info=error)  # fmt: skip
-        with b._lock:
-            b._metrics.failed_batches += 1
-            b._successes = 0
+        self._metrics.batch_failed()
+        self._backoff.failed()
         self._fail_rows(typed_engine_error(self._engine.name, error))
         self._close_session()
         self._session = self._engine.open_steps()
