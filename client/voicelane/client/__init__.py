@@ -1,7 +1,8 @@
 """voicelane's Python client SDK; the long form, with the reasons, is ``docs/client.md``.
 
-It needs none of the server's dependencies: only ``core`` (errors, audio, atomic writes, the
-generated wire code), grpc, numpy and httpx.
+It is its own distribution (``pip install ./client``: ``voicelane-client``) and needs none of
+the server's dependencies: only ``voicelane.common`` (errors, audio, atomic writes, the
+generated wire code, shipped beside it), grpc, protobuf, numpy, opuslib, PyAV and httpx.
 
 The real-time lane (gRPC ``voicelane.v1.Speech``), asyncio only::
 
