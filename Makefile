@@ -75,7 +75,7 @@ compose-check:
 	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
 		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
 
-# Regenerate core/wire from proto/ (the generated code is committed).
+# Regenerate voicelane.common.wire (client/voicelane/common/wire) from proto/ (the generated code is committed).
 proto: install
 	scripts/gen-proto.sh
 
