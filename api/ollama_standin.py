@@ -57,7 +57,7 @@ its first token until :meth:`OllamaStandin.release`.
 Two ways to run it: in-process (``with OllamaStandin(config) as server: server.url``; uvicorn
 in a thread on 127.0.0.1, port 0 by default) and as a process for a demo::
 
-    python -m tests.support.ollama_standin --port 11434 [--tokens-per-s 50]
+    python -m voicelane.api.ollama_standin --port 11434 [--tokens-per-s 50]
 
 which prints one line with its URL and stops cleanly on SIGTERM or SIGINT.
 """
@@ -821,7 +821,7 @@ class OllamaStandin:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.support.ollama_standin",
+        prog="python -m voicelane.api.ollama_standin",
         description="A stand-in Ollama server (no model behind it) for demos and tests.",
     )
     parser.add_argument("--host", default="127.0.0.1")
