@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support.engines import RecordingEngine
+from tests.support.jobs import Recorder, espeak_context, narrow
 from tests.support.ledger import waiting_chunks
 from voicelane.common.audio import probe
 from voicelane.common.errors import EngineError
@@ -20,7 +21,6 @@ from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
 from voicelane.workers.batcher import Batcher
 from voicelane.workers.engines import Utterance
-from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.jobs import (
     JobContext,
     assemble_job,
@@ -35,33 +35,12 @@ from voicelane.workers.reconciler import reconcile_once
 pytestmark = pytest.mark.integration
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[object, ...]]] = []
-
-    def __call__(self, task: str, *args: object, **_kwargs: object) -> None:
-        self.calls.append((task, args))
-
-    def of(self, task: str) -> list[tuple[object, ...]]:
-        return [args for name, args in self.calls if name == task]
-
-
 @pytest.fixture
 def ctx(redis_url: str, tmp_path: Path) -> Iterator[JobContext]:
-    settings = ServiceSettings(redis_url=redis_url, chunk_target_audio_s=3, max_chunk_attempts=2)
-    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "storage", secret="s" * 40))
-    storage.prepare()
-    batcher = Batcher(EspeakEngine()).start()
-    context = JobContext(
-        settings=settings,
-        ledger=Ledger.from_url(redis_url),
-        storage=storage,
-        worker_name="w@test",
-        enqueue=Recorder(),
-        batcher=batcher,
-    )
-    yield context
-    batcher.close()
+    with espeak_context(
+        redis_url, tmp_path, chunk_target_audio_s=3, max_chunk_attempts=2
+    ) as context:
+        yield context
 
 
 def recorder(ctx: JobContext) -> Recorder:
@@ -185,19 +164,6 @@ def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: JobContext) -> None:
     pcm = np.frombuffer(data, dtype=np.int16)
     assert len(pcm) / 16000 == pytest.approx(job.audio_s, abs=1e-3)
     assert int(np.abs(pcm).max()) > 1000
-
-
-def narrow(ctx: JobContext, **settings: object) -> JobContext:
-    """The same context with other settings."""
-    updated = ctx.settings.model_copy(update=settings)
-    return JobContext(
-        settings=updated,
-        ledger=ctx.ledger,
-        storage=ctx.storage,
-        worker_name=ctx.worker_name,
-        enqueue=ctx.enqueue,
-        batcher=ctx.batcher,
-    )
 
 
 def test_planning_feeds_the_render_queue_up_to_its_target_only(ctx: JobContext) -> None:
