@@ -76,11 +76,6 @@ class Family:
     def prefixed(self) -> bool:
         return self.pattern.startswith(PREFIX)
 
-    @property
-    def per_job(self) -> bool:
-        """One key per job (its pattern holds ``{job_id}``)."""
-        return "job_id" in self.placeholders
-
     def key(self, *values: str | int) -> str:
         """The key for these placeholder values, in the pattern's order."""
         if len(values) != len(self.placeholders):
@@ -308,15 +303,10 @@ FAMILIES: tuple[Family, ...] = (
 
 
 def job_keys(job_id: str, *lifetimes: Lifetime) -> list[str]:
-    """The job's own keys (one per per-job family without placeholders beyond the job id) of
-    these lifetimes."""
+    """The job's keys of these lifetimes: one per family whose only placeholder is the job
+    id (a lease or hold names more than the job, and expires on its own)."""
     return [
         family.key(job_id)
         for family in FAMILIES
         if family.placeholders == ("job_id",) and family.lifetime in lifetimes
     ]
-
-
-def family_of(key: str) -> Family | None:
-    """The family ``key`` belongs to, if any."""
-    return next((family for family in FAMILIES if family.matches(key)), None)
