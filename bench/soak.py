@@ -23,9 +23,10 @@ Then:
 Reported per phase: streams started / completed / ended UNAVAILABLE / any other status
 (DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, a gap in seq or a missing final chunk count as
 other), jobs submitted / refused / done / failed / not final, duplicated chunk commits (a chunk
-that appears more than once in ``Ledger.commit_log``), and the RSS (``/proc/<pid>/status``
-VmRSS, summed over the process group of each service) of every process before the load, at
-its peak, and after the load once the service was quiet for ``--settle`` (15 s) seconds.
+that appears more than once in the job's commit log, ``job:{id}:commits``), and the RSS
+(``/proc/<pid>/status`` VmRSS, summed over the process group of each service) of every process
+before the load, at its peak, and after the load once the service was quiet for ``--settle``
+(15 s) seconds.
 
 Criteria (each PASS/FAIL; exit status 1 if any fails): no stream ends with a status other than
 OK or UNAVAILABLE; no submission refused; no job lost (every job done); no chunk committed
@@ -57,6 +58,7 @@ import redis
 from bench.jobs import texts
 from bench.render import CHINESE, ENGLISH
 from bench.tables import percentile
+from tests.support.ledger import commit_log
 from tests.support.stack import ACME_KEY, Proc, Stack, wait_for
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
@@ -413,7 +415,7 @@ def run_phase(
         while time.monotonic() - drain_started < args.drain:
             for job_id in jobs.submitted:
                 if job_id not in final:
-                    job = ledger.get(job_id)
+                    job = ledger.jobs.get(job_id)
                     if job is not None and job.state.final:
                         final[job_id] = job.state
             if len(final) == len(jobs.submitted):
@@ -433,7 +435,7 @@ def run_phase(
         latency: list[float] = []
         audio_s = 0.0
         for job_id in jobs.submitted:
-            job = ledger.get(job_id)
+            job = ledger.jobs.get(job_id)
             assert job is not None, job_id
             states[job.state.value if job.state.final else "not final"] += 1
             if job.state is JobState.FAILED:
@@ -441,7 +443,7 @@ def run_phase(
             if job.state is JobState.DONE and job.finished_at is not None:
                 latency.append(job.finished_at - job.created_at)
                 audio_s += job.duration_s or 0.0
-            log = ledger.commit_log(job_id)
+            log = commit_log(ledger.redis, job_id)
             counts = Counter(n for n, _, _ in log)
             duplicated += sum(c - 1 for c in counts.values())
             commits += len(log)

@@ -151,24 +151,24 @@ class BatchClient:
         """Write the job to the ledger (within the tenant's queued-characters quota) and queue
         its planning. If the queue cannot take it, the job is failed at once (never left
         queued forever) and UnavailableError raised."""
-        job = self.ledger.create(tenant, options, text, max_queued_chars=max_queued_chars)
+        job = self.ledger.jobs.create(tenant, options, text, max_queued_chars=max_queued_chars)
         try:
             self.enqueue(PLAN_TASK, job.id)
         except Exception as error:
             log.exception("could not enqueue job %s", job.id)
-            self.ledger.fail(job.id, "could not enqueue the job")
+            self.ledger.jobs.fail(job.id, "could not enqueue the job")
             raise UnavailableError("the job queue is unavailable") from error
         return job
 
     def cancel(self, tenant: str, job_id: str) -> Job:
         """Cancel the tenant's job (idempotent for a cancelled one); JobStateError once it
         ended otherwise. Its parts are cleaned up by the ``cleanup`` task."""
-        job = self.ledger.get_for_tenant(tenant, job_id)
+        job = self.ledger.jobs.get_for_tenant(tenant, job_id)
         if job.state is JobState.CANCELLED:
             return job
-        if not job.state.final and self.ledger.cancel(job_id):
+        if not job.state.final and self.ledger.jobs.cancel(job_id):
             self.enqueue(CLEANUP_TASK, job_id)
-        job = self.ledger.get_for_tenant(tenant, job_id)
+        job = self.ledger.jobs.get_for_tenant(tenant, job_id)
         if job.state is not JobState.CANCELLED:
             raise JobStateError(f"job {job_id} is already {job.state.value}")
         return job

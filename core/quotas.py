@@ -4,12 +4,17 @@ Every submission — a job over REST, a stream over gRPC, the WebSocket or OpenA
 takes one token from its tenant's bucket (:meth:`RequestRate.take`). The bucket refills at
 ``tenant_requests_per_s`` up to ``tenant_request_burst``; an empty bucket refuses with
 :class:`~voicelane.common.errors.QuotaExceededError` (429 / RESOURCE_EXHAUSTED) and says when the
-next token is due. The bucket lives in Redis (key ``vl:quota:rate:{tenant}``, this module's only
-key), so every front process and replica draws from the same one, and the clock is Redis's
-(``TIME``), so the fronts' clocks do not matter.
+next token is due. The bucket lives in Redis, so every front process and replica draws from
+the same one, and the clock is Redis's (``TIME``), so the fronts' clocks do not matter.
+
+Its key is this module's only one, :data:`voicelane.core.ledger.keys.RATE_BUCKET`: the bucket
+bounds both lanes' submissions and runs on the fronts' asyncio clients, so it is not the
+(batch-lane, synchronous) ledger's to take — but every ``vl:`` key outside the real-time lane
+is built from that one table, which its test checks against Redis.
 
 The tenant's other limits live beside the state they bound: queued characters in the job
-ledger (:meth:`voicelane.core.ledger.Ledger.create`), concurrent streams in the real-time lane
+ledger (:mod:`voicelane.core.ledger.queued_chars`, taken by ``Ledger.jobs.create``),
+concurrent streams in the real-time lane
 (:meth:`voicelane.core.realtime_lane.RealtimeClient.hold_tenant_slot`).
 """
 
@@ -18,8 +23,7 @@ from __future__ import annotations
 import redis.asyncio as aredis
 
 from voicelane.common.errors import QuotaExceededError
-
-PREFIX = "vl:quota:rate:"
+from voicelane.core.ledger.keys import RATE_BUCKET
 
 # KEYS: bucket ; ARGV: rate per second, burst. Returns 0 (taken) or ms until a token is due.
 _TAKE = """
@@ -53,7 +57,9 @@ class RequestRate:
 
     async def take(self, tenant: str) -> None:
         """One submission for ``tenant``; QuotaExceededError when its bucket is empty."""
-        wait_ms = int(await self._take(keys=[PREFIX + tenant], args=[self._per_s, self._burst]))
+        wait_ms = int(
+            await self._take(keys=[RATE_BUCKET.key(tenant)], args=[self._per_s, self._burst])
+        )
         if wait_ms:
             raise QuotaExceededError(
                 f"tenant {tenant!r} is over its rate of {self._per_s:g} requests per second "

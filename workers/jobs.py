@@ -5,7 +5,7 @@ too. Each function is idempotent — safe to run twice, or after a crash half-wa
 
 * ``plan_job`` only moves a job out of ``queued``/``planning``;
 * ``render_chunk`` leases the chunk (fencing token), skips it when already committed, stores
-  its audio under a deterministic key and commits with its token; only the commit that
+  its audio under a deterministic key and commits with its lease; only the commit that
   completes the job returns ``assemble``;
 * ``assemble_job`` runs under a lease (renewed while it works, lapsing within seconds if its
   worker dies), only for a job in ``assembling``, and the ledger moves it to ``done`` only
@@ -37,7 +37,17 @@ from voicelane.core.batch_lane import (
     Enqueue,
 )
 from voicelane.core.callbacks import AllowList, master_secret, tenant_secret
-from voicelane.core.ledger import ChunkPlan, Job, JobState, Ledger, job_summary
+from voicelane.core.job_view import job_summary
+from voicelane.core.ledger import (
+    ChunkPlan,
+    CommitOutcome,
+    FinishOutcome,
+    Job,
+    JobState,
+    Lease,
+    LeaseStatus,
+    Ledger,
+)
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import Storage
 from voicelane.core.text import Segment, contains_cjk, split_sentences
@@ -126,17 +136,18 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
     """queued → planning → rendering; the chunks wait their turn in the tenant's line and the
     render queue is fed (:func:`feed_render_queue`). Returns chunks."""
     ledger = ctx.ledger
-    job = ledger.get(job_id)
-    if job is None or job.state not in (JobState.QUEUED, JobState.PLANNING):
+    job = ledger.jobs.get(job_id)
+    waiting = (JobState.QUEUED, JobState.PLANNING)
+    if job is None or job.state not in waiting:
         return 0
-    ledger.transition(job_id, JobState.PLANNING, only_from=(JobState.QUEUED, JobState.PLANNING))
-    chunks = plan_chunks(ledger.text(job_id), ctx.settings)
+    ledger.jobs.transition(job_id, JobState.PLANNING, only_from=waiting)
+    chunks = plan_chunks(ledger.jobs.text(job_id), ctx.settings)
     if not chunks:
         fail_job(ctx, job_id, "text has nothing to speak (no letters or digits)")
         return 0
-    if not ledger.save_plan(job_id, chunks):
+    if not ledger.jobs.save_plan(job_id, chunks):
         return 0  # cancelled while planning
-    ledger.schedule_chunks(job_id, job.tenant, len(chunks))
+    ledger.feed.schedule(job_id, job.tenant, len(chunks))
     log.info("job %s planned: %d chunks", job_id, len(chunks))
     feed_render_queue(ctx)
     return len(chunks)
@@ -144,13 +155,13 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
 
 def feed_render_queue(ctx: JobContext) -> int:
     """Top the ``render`` queue up to ``render_queue_target`` waiting chunks, taken from the
-    tenants' lines in turn (:meth:`voicelane.core.ledger.Ledger.take_fair`), so one tenant's backlog
-    never stands between another tenant's job and the GPUs. Called after planning, after
-    every chunk, and by the reconciler. Returns the chunks enqueued."""
-    room = ctx.settings.render_queue_target - ctx.ledger.queue_length(RENDER_QUEUE)
+    tenants' lines in turn (:meth:`voicelane.core.ledger.feed.FairFeed.take`), so one tenant's
+    backlog never stands between another tenant's job and the GPUs. Called after planning,
+    after every chunk, and by the reconciler. Returns the chunks enqueued."""
+    room = ctx.settings.render_queue_target - ctx.ledger.queues.length(RENDER_QUEUE)
     if room <= 0:
         return 0
-    taken = ctx.ledger.take_fair(room)
+    taken = ctx.ledger.feed.take(room)
     for job_id, n in taken:
         ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
     return len(taken)
@@ -170,16 +181,16 @@ class LeaseKeeper:
     def __init__(self, ledger: Ledger, ttl_s: float) -> None:
         self.ledger = ledger
         self.ttl_s = ttl_s
-        self._held: dict[tuple[str, int], int] = {}
+        self._held: dict[tuple[str, int], Lease] = {}
         self._assemblies: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
         self._thread.start()
 
-    def hold(self, job_id: str, n: int, token: int) -> None:
+    def hold(self, job_id: str, n: int, lease: Lease) -> None:
         with self._lock:
-            self._held[(job_id, n)] = token
+            self._held[(job_id, n)] = lease
 
     def drop(self, job_id: str, n: int) -> None:
         with self._lock:
@@ -202,15 +213,15 @@ class LeaseKeeper:
             with self._lock:
                 held = list(self._held.items())
                 assemblies = list(self._assemblies.items())
-            for (job_id, n), token in held:
+            for (job_id, n), lease in held:
                 try:
-                    if not self.ledger.renew_chunk(job_id, n, token, self.ttl_s):
+                    if not self.ledger.chunks.renew(job_id, n, lease, self.ttl_s):
                         log.warning("lost the lease of job %s chunk %d", job_id, n)
                 except Exception:
                     log.exception("could not renew the lease of job %s chunk %d", job_id, n)
             for job_id, owner in assemblies:
                 try:
-                    if not self.ledger.renew_assembly(job_id, owner, self.ttl_s):
+                    if not self.ledger.assembly.renew(job_id, owner, self.ttl_s):
                         log.warning("lost the assembly lease of job %s", job_id)
                 except Exception:
                     log.exception("could not renew the assembly lease of job %s", job_id)
@@ -221,32 +232,32 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
     ``committed``, ``assemble``, ``done``, ``busy``, ``inactive``, ``fenced``, ``failed``."""
     assert ctx.batcher is not None, "render_chunk needs a worker with an engine"
     ledger = ctx.ledger
-    job = ledger.get(job_id)
+    job = ledger.jobs.get(job_id)
     if job is None or job.state is not JobState.RENDERING:
         return "inactive"
-    lease = ledger.acquire_chunk(job_id, n, ctx.worker_name, ctx.settings.lease_ttl_s)
-    if lease.status != "acquired":
+    lease = ledger.chunks.acquire(job_id, n, ctx.worker_name, ctx.settings.lease_ttl_s)
+    if lease.status is not LeaseStatus.ACQUIRED:
         return lease.status
-    attempts = ledger.record_attempt(job_id, n)
+    attempts = ledger.chunks.record_attempt(job_id, n)
     if attempts > 1:
         metrics.CHUNK_RETRIES.inc()
     if attempts > ctx.settings.max_chunk_attempts:
-        ledger.release_chunk(job_id, n, lease.token)
-        reason = ledger.last_error(job_id) or "the worker died"
+        ledger.chunks.release(job_id, n, lease)
+        reason = ledger.jobs.last_error(job_id) or "the worker died"
         fail_job(ctx, job_id, f"chunk {n} failed {attempts - 1} times; last error: {reason}")
         return "failed"
     if ctx.leases is not None:
-        ctx.leases.hold(job_id, n, lease.token)
+        ctx.leases.hold(job_id, n, lease)
     try:
-        plan = ledger.chunk(job_id, n)
+        plan = ledger.jobs.chunk(job_id, n)
         pcm = _render_plan(ctx, job, plan)
         key = part_key(job, n)
         ctx.storage.put_bytes(key, float_to_int16(pcm).tobytes())
         audio_s = len(pcm) / job.options.sample_rate_hz
-        outcome = ledger.commit_chunk(job_id, n, lease.token, audio_s)
+        outcome = ledger.chunks.commit(job_id, n, lease, audio_s)
     except BaseException as error:
-        ledger.release_chunk(job_id, n, lease.token)
-        ledger.record_error(job_id, _one_line(error))
+        ledger.chunks.release(job_id, n, lease)
+        ledger.jobs.record_error(job_id, _one_line(error))
         if is_permanent(error):
             fail_job(ctx, job_id, f"chunk {n}: {_one_line(error)}")
             return "failed"
@@ -254,9 +265,9 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
     finally:
         if ctx.leases is not None:
             ctx.leases.drop(job_id, n)
-    if outcome == "assemble":
+    if outcome is CommitOutcome.ASSEMBLE:
         ctx.enqueue(ASSEMBLE_TASK, job_id)
-    elif outcome == "inactive":  # cancelled or failed meanwhile: do not leave the part behind
+    elif outcome is CommitOutcome.INACTIVE:  # cancelled or failed meanwhile: drop the part
         ctx.storage.delete(key)
     _feed_quietly(ctx)
     return outcome
@@ -303,11 +314,11 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
 def assemble_job(ctx: JobContext, job_id: str) -> bool:
     """Parts → one encoded file → verified upload → ``done``. True if this call finished it."""
     ledger = ctx.ledger
-    job = ledger.get(job_id)
+    job = ledger.jobs.get(job_id)
     if job is None or job.state is not JobState.ASSEMBLING:
         return False
     owner = ctx.worker_name
-    if not ledger.acquire_assembly(job_id, owner, ctx.settings.lease_ttl_s):
+    if not ledger.assembly.acquire(job_id, owner, ctx.settings.lease_ttl_s):
         return False
     if ctx.leases is not None:
         ctx.leases.hold_assembly(job_id, owner)
@@ -320,9 +331,9 @@ def assemble_job(ctx: JobContext, job_id: str) -> bool:
                     data = ctx.storage.get_bytes(part_key(job, n))
                     writer.write(int16_to_float(np.frombuffer(data, dtype=np.int16)))
                     if n % 16 == 15:
-                        ledger.touch(job_id)
+                        ledger.jobs.touch(job_id)
             stored = ctx.storage.upload_file(output_key(job), path, content_type=fmt.mime_type)
-        outcome = ledger.finish(
+        outcome = ledger.assembly.finish(
             job_id,
             owner=owner,
             key=stored.key,
@@ -330,10 +341,10 @@ def assemble_job(ctx: JobContext, job_id: str) -> bool:
             duration_s=writer.duration_s,
             sha256=stored.sha256,
         )
-        if outcome == "inactive":  # cancelled while assembling: the file must not outlive it
+        if outcome is FinishOutcome.INACTIVE:  # cancelled meanwhile: the file must not outlive it
             ctx.storage.delete(stored.key)
             return False
-        if outcome == "fenced":  # our lease lapsed: another assembler owns the job now
+        if outcome is FinishOutcome.FENCED:  # our lock lapsed: another assembler owns the job
             log.warning("job %s: assembly lease lost; leaving the job to its new assembler", job_id)
             return False
         _after_final(ctx, job_id, job.options.callback_url)
@@ -342,15 +353,15 @@ def assemble_job(ctx: JobContext, job_id: str) -> bool:
     finally:
         if ctx.leases is not None:
             ctx.leases.drop_assembly(job_id)
-        ledger.release_assembly(job_id, owner)
+        ledger.assembly.release(job_id, owner)
 
 
 # ---------------------------------------------------------------------------- endings
 
 
 def fail_job(ctx: JobContext, job_id: str, reason: str) -> bool:
-    job = ctx.ledger.get(job_id)
-    if job is None or not ctx.ledger.fail(job_id, reason):
+    job = ctx.ledger.jobs.get(job_id)
+    if job is None or not ctx.ledger.jobs.fail(job_id, reason):
         return False
     log.warning("job %s failed: %s", job_id, reason)
     _after_final(ctx, job_id, job.options.callback_url)
@@ -365,13 +376,13 @@ def _after_final(ctx: JobContext, job_id: str, callback_url: str | None) -> None
 
 def cleanup_job(ctx: JobContext, job_id: str) -> int:
     """Remove a final job's parts and bulky ledger data. Returns parts removed."""
-    job = ctx.ledger.get(job_id)
+    job = ctx.ledger.jobs.get(job_id)
     if job is None or not job.state.final:
         return 0
     removed = ctx.storage.delete_prefix(parts_prefix(job))
     if job.state is not JobState.DONE and job.output_key is None:
         ctx.storage.delete_prefix(f"{job.tenant}/{job.id}/")
-    ctx.ledger.delete_job_data(job_id)
+    ctx.ledger.retention.drop_data(job_id)
     return removed
 
 
@@ -381,13 +392,13 @@ def sweep_expired_jobs(ctx: JobContext, *, now: float | None = None, limit: int 
     now = time.time() if now is None else now
     ledger = ctx.ledger
     forgotten = 0
-    for job_id in ledger.expired_jobs(now - ctx.settings.job_retention_s, limit):
-        job = ledger.get(job_id)
+    for job_id in ledger.retention.expired(now - ctx.settings.job_retention_s, limit):
+        job = ledger.jobs.get(job_id)
         if job is not None:
             ctx.storage.delete_prefix(f"{job.tenant}/{job.id}/")
-            ledger.delete_job(job_id, job.tenant)
+            ledger.retention.forget(job_id, job.tenant)
         else:
-            ledger.delete_job(job_id, "-")
+            ledger.retention.forget(job_id, "-")
         forgotten += 1
     if forgotten:
         log.info("retention: forgot %d jobs", forgotten)
@@ -400,7 +411,7 @@ def notify_job(ctx: JobContext, job_id: str, *, client: httpx.Client | None = No
     (:mod:`voicelane.workers.callbacks`). Returns the HTTP status, or 0 when nothing was sent;
     raises CallbackError to retry (unreachable, 5xx, 429). A destination that may not be reached is
     permanent: logged, never retried."""
-    job = ctx.ledger.get(job_id)
+    job = ctx.ledger.jobs.get(job_id)
     if job is None or not job.options.callback_url or not job.state.final:
         return 0
     settings = ctx.settings

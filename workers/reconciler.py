@@ -16,8 +16,8 @@ Each pass also forgets jobs past their retention (``job_retention_s``: records a
 :func:`voicelane.workers.jobs.sweep_expired_jobs`) and feeds the render queue
 (:func:`voicelane.workers.jobs.feed_render_queue`), in case no chunk finished to do it. Duplicates
 are harmless: every task is idempotent (leases, the ``done`` set, the assembly lease).
-``Ledger.requeue_once`` keeps a re-enqueued item from being re-enqueued again while its message
-is still waiting in the queue."""
+The ledger's ``locks.requeue_once`` keeps a re-enqueued item from being re-enqueued again while
+its message is still waiting in the queue."""
 
 from __future__ import annotations
 
@@ -40,31 +40,32 @@ def reconcile_once(ctx: JobContext, *, now: float | None = None) -> int:
     now = now if now is not None else time.time()
     hold_s = max(settings.lease_ttl_s, settings.reconcile_interval_s) * 3
     requeued = 0
-    for job_id in ledger.active_jobs():
-        job = ledger.get(job_id)
+    for job_id in ledger.jobs.active():
+        job = ledger.jobs.get(job_id)
         if job is None:
             continue
         stalled = now - job.updated_at > settings.stall_timeout_s
         if job.state is JobState.RENDERING:
-            chunks = ledger.orphaned_chunks(job_id)
+            chunks = ledger.chunks.orphaned(job_id)
             if stalled:
-                lost = set(ledger.unfinished_chunks(job_id)) & ledger.dispatched_chunks(job_id)
+                unfinished = ledger.chunks.unfinished(job_id, job.chunks_total)
+                lost = set(unfinished) & ledger.feed.dispatched(job_id)
                 chunks = sorted(set(chunks) | lost)
             for n in chunks:
-                if ledger.lease_holder(job_id, n) is None and ledger.requeue_once(
+                if ledger.chunks.lease_holder(job_id, n) is None and ledger.locks.requeue_once(
                     job_id, f"chunk:{n}", hold_s
                 ):
                     ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
                     metrics.LEASE_TAKEOVERS.inc()
                     requeued += 1
         elif stalled and job.state in (JobState.QUEUED, JobState.PLANNING):
-            if ledger.requeue_once(job_id, "plan", settings.stall_timeout_s):
+            if ledger.locks.requeue_once(job_id, "plan", settings.stall_timeout_s):
                 ctx.enqueue(PLAN_TASK, job_id)
                 requeued += 1
         elif (
             job.state is JobState.ASSEMBLING
-            and (stalled or ledger.assembly_orphaned(job_id))
-            and ledger.requeue_once(job_id, "assemble", hold_s)
+            and (stalled or ledger.assembly.orphaned(job_id))
+            and ledger.locks.requeue_once(job_id, "assemble", hold_s)
         ):
             ctx.enqueue(ASSEMBLE_TASK, job_id)
             requeued += 1
@@ -95,7 +96,7 @@ class Reconciler:
         interval_s = self.ctx.settings.reconcile_interval_s
         while not self._stop.wait(interval_s):
             try:
-                if self.ctx.ledger.acquire_lock("reconciler", self.ctx.worker_name, interval_s):
+                if self.ctx.ledger.locks.reconciler_turn(self.ctx.worker_name, interval_s):
                     reconcile_once(self.ctx)
             except Exception:
                 log.exception("reconciler pass failed; trying again next interval")

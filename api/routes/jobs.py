@@ -26,8 +26,8 @@ from voicelane.common.errors import (
     UnsupportedFormatError,
     UnsupportedMediaTypeError,
 )
+from voicelane.core.job_view import job_summary
 from voicelane.core.ledger import Job, JobOptions, JobState
-from voicelane.core.ledger import job_summary as ledger_job_summary
 from voicelane.core.rules import check_speech_options, check_speech_text
 from voicelane.core.settings import ApiSettings
 from voicelane.core.text_input import check_encodable, decode_text
@@ -79,7 +79,7 @@ async def submit_job(request: Request, state: State, tenant: Tenant) -> JSONResp
 
 @router.get("/v1/jobs/{job_id}", summary="A job's state, progress, ETA and download link")
 async def get_job(job_id: str, state: State, tenant: Tenant) -> JSONResponse:
-    job = await blocking(state, state.ledger.get_for_tenant, tenant, job_id)
+    job = await blocking(state, state.ledger.jobs.get_for_tenant, tenant, job_id)
     return JSONResponse(await blocking(state, _job_view, state, job))
 
 
@@ -92,7 +92,7 @@ async def list_jobs(
 ) -> JSONResponse:
     jobs, next_cursor = await blocking(
         state,
-        state.ledger.list_for_tenant,
+        state.ledger.jobs.list_for_tenant,
         tenant,
         limit=min(limit, state.settings.page_size_max),
         before=cursor,
@@ -104,7 +104,7 @@ async def list_jobs(
 
 @router.get("/v1/jobs/{job_id}/audio", summary="Redirect to a fresh download link")
 async def job_audio(job_id: str, state: State, tenant: Tenant) -> Response:
-    job = await blocking(state, state.ledger.get_for_tenant, tenant, job_id)
+    job = await blocking(state, state.ledger.jobs.get_for_tenant, tenant, job_id)
     if job.state is not JobState.DONE or not job.output_key:
         raise JobStateError(f"job {job_id} is {job.state.value}, not done")
     return RedirectResponse(await blocking(state, _link, state, job), status_code=302)
@@ -228,7 +228,7 @@ def _link(state: ApiState, job: Job) -> str:
 
 
 def _job_view(state: ApiState, job: Job, *, with_link: bool = True) -> dict[str, Any]:
-    view = ledger_job_summary(job)
+    view = job_summary(job)
     view["links"] = {"self": f"/v1/jobs/{job.id}", "audio": f"/v1/jobs/{job.id}/audio"}
     if with_link and job.state is JobState.DONE and job.output_key:
         view["download_url"] = _link(state, job)

@@ -105,11 +105,11 @@ def _metrics_text(state: ApiState) -> bytes:
     )
     try:
         for queue in QUEUES:
-            queue_depth.labels(queue=queue).set(state.ledger.queue_length(queue))
-        active.set(state.ledger.active_count())
+            queue_depth.labels(queue=queue).set(state.ledger.queues.length(queue))
+        active.set(state.ledger.jobs.active_count())
         for job_state in ("queued", "planning", "rendering", "assembling"):
             jobs.labels(state=job_state).set(0)
-        for job_state, count in state.ledger.active_by_state().items():
+        for job_state, count in state.ledger.jobs.active_by_state().items():
             jobs.labels(state=job_state).set(count)
     except Exception:
         log.warning("metrics: Redis unavailable")

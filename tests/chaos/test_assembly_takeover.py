@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.ledger import assembly_holder
 from tests.support.stack import ACME_KEY, Stack, wait_for
 from voicelane.core.ledger import Ledger
 from voicelane.core.redis_server import RedisServer
@@ -48,7 +49,9 @@ def test_a_killed_assembler_is_replaced_within_seconds(stack: tuple[Stack, Redis
         response = client.post("/v1/jobs", json={"text": BOOK, "format": "flac"})
         assert response.status_code == 202, response.text
         job_id = response.json()["id"]
-        holder = wait_for(lambda: ledger.assembly_holder(job_id), 120, "the assembly to start")
+        holder = wait_for(
+            lambda: assembly_holder(ledger.redis, job_id), 120, "the assembly to start"
+        )
         victim = next(p for p in lane.procs if holder.startswith(f"{p.name}@"))
         victim.kill()
         killed_at = time.monotonic()
@@ -63,4 +66,4 @@ def test_a_killed_assembler_is_replaced_within_seconds(stack: tuple[Stack, Redis
     print(f"assembler {holder} killed; job {state} {took_s:.1f} s later")
     assert state == "done", job
     assert took_s < 60, took_s  # lease (3 s in tests) + reconcile turn + a fresh assembly
-    assert ledger.assembly_holder(job_id) is None
+    assert assembly_holder(ledger.redis, job_id) is None

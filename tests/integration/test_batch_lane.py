@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import s3_settings
+from tests.support.ledger import commit_log
 from tests.support.s3_server import S3Endpoint
 from tests.support.stack import OTHER_KEY, Stack, wait_for
 from voicelane.common.audio import AudioFormat, probe
@@ -158,7 +159,7 @@ def test_cancel_mid_job_stops_rendering_and_removes_parts(
         response = client.delete(f"/v1/jobs/{job_id}")
         assert response.status_code == 200
         assert response.json()["state"] == "cancelled"
-        committed_at_cancel = len(ledger.commit_log(job_id))
+        committed_at_cancel = len(commit_log(ledger.redis, job_id))
         job = client.get(f"/v1/jobs/{job_id}").json()
         assert job["chunks_done"] < job["chunks_total"]
         # No part survives (the cleanup task and any in-flight chunk remove theirs).
@@ -167,7 +168,7 @@ def test_cancel_mid_job_stops_rendering_and_removes_parts(
         assert client.delete(f"/v1/jobs/{job_id}").status_code == 200
         assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "cancelled"
         assert client.get(f"/v1/jobs/{job_id}/audio").status_code == 409
-    assert len(ledger.commit_log(job_id)) == committed_at_cancel  # nothing committed after
+    assert len(commit_log(ledger.redis, job_id)) == committed_at_cancel  # nothing committed after
 
 
 CALLBACK_MASTER_SECRET = "lane-callback-master-0123456789"

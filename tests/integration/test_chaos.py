@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.conftest import s3_settings
 from tests.integration.test_batch_lane import s3_env, wait_final
+from tests.support.ledger import commit_log
 from tests.support.s3_server import S3Endpoint
 from tests.support.stack import Stack, wait_for
 from voicelane.core.ledger import Ledger
@@ -61,15 +62,15 @@ def test_sigkill_of_the_gpu_worker_midway_loses_nothing_and_duplicates_nothing(
             lambda: client.get(f"/v1/jobs/{job_id}").json()["chunks_total"], 30, "the plan"
         )
         assert total >= 100
-        wait_for(lambda: ledger.get(job_id).chunks_done >= total // 2, 120, "half the job")  # type: ignore[union-attr]
+        wait_for(lambda: ledger.jobs.get(job_id).chunks_done >= total // 2, 120, "half the job")  # type: ignore[union-attr]
         first.kill()
         killed_at = time.monotonic()
-        done_at_kill = ledger.get(job_id).chunks_done  # type: ignore[union-attr]
+        done_at_kill = ledger.jobs.get(job_id).chunks_done  # type: ignore[union-attr]
         assert done_at_kill < total, "the job finished before the kill; make it longer"
 
         lane.gpu_worker("gpu-2", concurrency=2)
         wait_for(
-            lambda: ledger.get(job_id).chunks_done > done_at_kill,  # type: ignore[union-attr]
+            lambda: ledger.jobs.get(job_id).chunks_done > done_at_kill,  # type: ignore[union-attr]
             30,
             "the next chunk to be committed after the kill",
         )
@@ -78,7 +79,7 @@ def test_sigkill_of_the_gpu_worker_midway_loses_nothing_and_duplicates_nothing(
         assert job["state"] == "done", lane.logs()
 
         # Every chunk committed exactly once, whoever rendered it.
-        log = ledger.commit_log(job_id)
+        log = commit_log(ledger.redis, job_id)
         counts = Counter(n for n, _, _ in log)
         assert sorted(counts) == list(range(total))
         assert set(counts.values()) == {1}

@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 
 from tests.support.engines import RecordingEngine
+from tests.support.jobs import Recorder, espeak_context, narrow
+from tests.support.ledger import waiting_chunks
 from voicelane.common.audio import probe
 from voicelane.common.errors import EngineError
 from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
 from voicelane.core.ledger import JobOptions, JobState, Ledger
+from voicelane.core.ledger.keys import CHUNK_LEASE
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
 from voicelane.workers.batching import Batcher
 from voicelane.workers.engines import Utterance
-from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.jobs import (
     JobContext,
     assemble_job,
@@ -33,33 +35,12 @@ from voicelane.workers.reconciler import reconcile_once
 pytestmark = pytest.mark.integration
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[object, ...]]] = []
-
-    def __call__(self, task: str, *args: object, **_kwargs: object) -> None:
-        self.calls.append((task, args))
-
-    def of(self, task: str) -> list[tuple[object, ...]]:
-        return [args for name, args in self.calls if name == task]
-
-
 @pytest.fixture
 def ctx(redis_url: str, tmp_path: Path) -> Iterator[JobContext]:
-    settings = ServiceSettings(redis_url=redis_url, chunk_target_audio_s=3, max_chunk_attempts=2)
-    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "storage", secret="s" * 40))
-    storage.prepare()
-    batcher = Batcher(EspeakEngine()).start()
-    context = JobContext(
-        settings=settings,
-        ledger=Ledger.from_url(redis_url),
-        storage=storage,
-        worker_name="w@test",
-        enqueue=Recorder(),
-        batcher=batcher,
-    )
-    yield context
-    batcher.close()
+    with espeak_context(
+        redis_url, tmp_path, chunk_target_audio_s=3, max_chunk_attempts=2
+    ) as context:
+        yield context
 
 
 def recorder(ctx: JobContext) -> Recorder:
@@ -72,7 +53,7 @@ TEXT = "First sentence here. Second one follows.\n\nA new paragraph starts. å®ƒä
 
 def submit(ctx: JobContext, text: str = TEXT, fmt: str = "wav") -> str:
     options = JobOptions(voice="auto", format=fmt, sample_rate_hz=16000)
-    return ctx.ledger.create("acme", options, text).id
+    return ctx.ledger.jobs.create("acme", options, text).id
 
 
 def test_chunks_hold_a_few_seconds_each_and_keep_order() -> None:
@@ -97,7 +78,7 @@ def test_plan_render_assemble_end_to_end(ctx: JobContext) -> None:
     assert render_chunk(ctx, job_id, 0) == "inactive"
     assert assemble_job(ctx, job_id)
     assert not assemble_job(ctx, job_id)  # exactly once
-    job = ctx.ledger.get(job_id)
+    job = ctx.ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.DONE
     assert job.output_key is not None and job.duration_s is not None
     assert isinstance(ctx.storage, LocalStorage)
@@ -131,7 +112,7 @@ def test_a_chunk_that_keeps_failing_fails_the_job_with_the_reason(
             with pytest.raises(EngineError):
                 render_chunk(context, job_id, 0)
         assert render_chunk(context, job_id, 0) == "failed"
-    job = context.ledger.get(job_id)
+    job = context.ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.FAILED
     assert job.error is not None
     assert "chunk 0 failed 2 times" in job.error and "GPU fell off the bus" in job.error
@@ -140,11 +121,11 @@ def test_a_chunk_that_keeps_failing_fails_the_job_with_the_reason(
 def test_cancel_during_render_removes_the_part(ctx: JobContext) -> None:
     job_id = submit(ctx)
     plan_job(ctx, job_id)
-    lease = ctx.ledger.acquire_chunk(job_id, 0, "other@test", 30)
-    ctx.ledger.cancel(job_id)
+    lease = ctx.ledger.chunks.acquire(job_id, 0, "other@test", 30)
+    ctx.ledger.jobs.cancel(job_id)
     assert render_chunk(ctx, job_id, 1) == "inactive"
-    assert ctx.ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "inactive"
-    job = ctx.ledger.get(job_id)
+    assert ctx.ledger.chunks.commit(job_id, 0, lease, 1.0) == "inactive"
+    job = ctx.ledger.jobs.get(job_id)
     assert job is not None and ctx.storage.list_keys(parts_prefix(job)) == []
 
 
@@ -152,9 +133,9 @@ def test_reconciler_requeues_a_dead_workers_chunk_once(ctx: JobContext) -> None:
     job_id = submit(ctx)
     plan_job(ctx, job_id)
     recorder(ctx).calls.clear()
-    ctx.ledger.acquire_chunk(job_id, 2, "dead@test", ttl_s=60)
+    ctx.ledger.chunks.acquire(job_id, 2, "dead@test", ttl_s=60)
     assert reconcile_once(ctx) == 0  # a live lease: its worker is rendering the chunk
-    ctx.ledger.redis.delete(ctx.ledger.key(job_id, "lease:2"))  # lapsed: the worker died
+    ctx.ledger.redis.delete(CHUNK_LEASE.key(job_id, 2))  # lapsed: the worker died
     recorder(ctx).calls.clear()
     assert reconcile_once(ctx) == 1
     assert recorder(ctx).of(RENDER_CHUNK_TASK) == [(job_id, 2)]
@@ -166,7 +147,7 @@ def test_reconciler_requeues_every_unfinished_chunk_of_a_stalled_job(ctx: JobCon
     total = plan_job(ctx, job_id)
     render_chunk(ctx, job_id, 0)
     recorder(ctx).calls.clear()
-    job = ctx.ledger.get(job_id)
+    job = ctx.ledger.jobs.get(job_id)
     assert job is not None
     later = job.updated_at + ctx.settings.stall_timeout_s + 1
     assert reconcile_once(ctx, now=later) == total - 1
@@ -177,25 +158,12 @@ def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: JobContext) -> None:
     job_id = submit(ctx, "One short sentence.")
     plan_job(ctx, job_id)
     assert render_chunk(ctx, job_id, 0) == "assemble"
-    job = ctx.ledger.get(job_id)
+    job = ctx.ledger.jobs.get(job_id)
     assert job is not None
     data = ctx.storage.get_bytes(parts_prefix(job) + "000000.s16")
     pcm = np.frombuffer(data, dtype=np.int16)
     assert len(pcm) / 16000 == pytest.approx(job.audio_s, abs=1e-3)
     assert int(np.abs(pcm).max()) > 1000
-
-
-def narrow(ctx: JobContext, **settings: object) -> JobContext:
-    """The same context with other settings."""
-    updated = ctx.settings.model_copy(update=settings)
-    return JobContext(
-        settings=updated,
-        ledger=ctx.ledger,
-        storage=ctx.storage,
-        worker_name=ctx.worker_name,
-        enqueue=ctx.enqueue,
-        batcher=ctx.batcher,
-    )
 
 
 def test_planning_feeds_the_render_queue_up_to_its_target_only(ctx: JobContext) -> None:
@@ -204,9 +172,9 @@ def test_planning_feeds_the_render_queue_up_to_its_target_only(ctx: JobContext) 
     total = plan_job(small, job_id)
     assert total > 4
     assert recorder(small).of(RENDER_CHUNK_TASK) == [(job_id, 0), (job_id, 1)]
-    assert small.ledger.waiting_chunks("acme") == total - 2
+    assert waiting_chunks(small.ledger.redis, "acme") == total - 2
     # A stalled job: only what was dispatched can have been lost; the rest waits in line.
-    job = small.ledger.get(job_id)
+    job = small.ledger.jobs.get(job_id)
     assert job is not None
     recorder(small).calls.clear()
     later = job.updated_at + small.settings.stall_timeout_s + 1
@@ -222,12 +190,12 @@ def test_jobs_past_their_retention_are_forgotten_with_their_files(ctx: JobContex
     plan_job(ctx, job_id)
     assert render_chunk(ctx, job_id, 0) == "assemble"
     assert assemble_job(ctx, job_id)
-    job = ctx.ledger.get(job_id)
+    job = ctx.ledger.jobs.get(job_id)
     assert job is not None and job.output_key is not None and job.finished_at is not None
     assert ctx.storage.exists(job.output_key)
     kept = narrow(ctx, job_retention_s=3600)
     assert sweep_expired_jobs(kept, now=job.finished_at + 60) == 0
     assert sweep_expired_jobs(kept, now=job.finished_at + 3601) == 1
-    assert ctx.ledger.get(job_id) is None
+    assert ctx.ledger.jobs.get(job_id) is None
     assert not ctx.storage.exists(job.output_key)
     assert ctx.storage.list_keys(f"acme/{job_id}/") == []

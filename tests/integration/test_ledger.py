@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -9,9 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.ledger import commit_log, queued_chars, waiting_chunks
 from tests.support.stack import wait_for
 from voicelane.common.errors import JobNotFoundError, QuotaExceededError
 from voicelane.core.ledger import ChunkPlan, JobOptions, JobState, Ledger
+from voicelane.core.ledger.keys import CHUNK_LEASE
 
 pytestmark = pytest.mark.integration
 
@@ -35,10 +38,17 @@ def plans(count: int) -> list[ChunkPlan]:
 
 
 def rendering_job(ledger: Ledger, chunks: int) -> str:
-    job = ledger.create("acme", OPTIONS, "some text")
-    assert ledger.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
-    assert ledger.save_plan(job.id, plans(chunks))
+    job = ledger.jobs.create("acme", OPTIONS, "some text")
+    assert ledger.jobs.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
+    assert ledger.jobs.save_plan(job.id, plans(chunks))
     return job.id
+
+
+def finish(ledger: Ledger, job_id: str, owner: str) -> str:
+    """assembling → done for ``owner``, with a made-up file."""
+    return ledger.assembly.finish(
+        job_id, owner=owner, key="k", size_bytes=1, duration_s=1.0, sha256="x"
+    )
 
 
 def wait_until(condition: object, timeout_s: float = 5.0) -> None:
@@ -49,66 +59,68 @@ def wait_until(condition: object, timeout_s: float = 5.0) -> None:
 
 
 def test_create_get_and_tenant_isolation(ledger: Ledger) -> None:
-    job = ledger.create("acme", OPTIONS, "Hello 你好")
+    job = ledger.jobs.create("acme", OPTIONS, "Hello 你好")
     assert job.state is JobState.QUEUED and job.characters == 8
-    assert ledger.text(job.id) == "Hello 你好"
-    assert ledger.get_for_tenant("acme", job.id).id == job.id
+    assert ledger.jobs.text(job.id) == "Hello 你好"
+    assert ledger.jobs.get_for_tenant("acme", job.id).id == job.id
     with pytest.raises(JobNotFoundError):
-        ledger.get_for_tenant("other", job.id)
+        ledger.jobs.get_for_tenant("other", job.id)
     with pytest.raises(JobNotFoundError):
-        ledger.get_for_tenant("acme", "../../etc")
-    assert ledger.active_jobs() == [job.id]
+        ledger.jobs.get_for_tenant("acme", "../../etc")
+    assert ledger.jobs.active() == [job.id]
 
 
 def test_listing_is_newest_first_and_paged(ledger: Ledger) -> None:
-    ids = [ledger.create("acme", OPTIONS, f"text {i}").id for i in range(5)]
-    ledger.create("other", OPTIONS, "not mine")
-    page, cursor = ledger.list_for_tenant("acme", limit=2)
+    ids = [ledger.jobs.create("acme", OPTIONS, f"text {i}").id for i in range(5)]
+    ledger.jobs.create("other", OPTIONS, "not mine")
+    page, cursor = ledger.jobs.list_for_tenant("acme", limit=2)
     assert [j.id for j in page] == ids[::-1][:2]
     assert cursor is not None
-    page2, cursor2 = ledger.list_for_tenant("acme", limit=2, before=cursor)
-    page3, cursor3 = ledger.list_for_tenant("acme", limit=2, before=cursor2)
+    page2, cursor2 = ledger.jobs.list_for_tenant("acme", limit=2, before=cursor)
+    page3, cursor3 = ledger.jobs.list_for_tenant("acme", limit=2, before=cursor2)
     assert [j.id for j in page2 + page3] == ids[::-1][2:]
     assert cursor3 is None
 
 
 def test_plan_moves_to_rendering_unless_cancelled(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 3)
-    job = ledger.get(job_id)
+    job = ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.RENDERING and job.chunks_total == 3
-    assert ledger.chunk(job_id, 2).last
-    other = ledger.create("acme", OPTIONS, "x")
-    ledger.transition(other.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
-    assert ledger.cancel(other.id)
-    assert not ledger.save_plan(other.id, plans(2))
-    assert ledger.get(other.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+    assert ledger.jobs.chunk(job_id, 2).last
+    other = ledger.jobs.create("acme", OPTIONS, "x")
+    ledger.jobs.transition(other.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
+    assert ledger.jobs.cancel(other.id)
+    assert not ledger.jobs.save_plan(other.id, plans(2))
+    assert ledger.jobs.get(other.id).state is JobState.CANCELLED  # type: ignore[union-attr]
 
 
 def test_a_lease_excludes_others_and_fences_stale_commits(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 2)
-    first = ledger.acquire_chunk(job_id, 0, "w1", ttl_s=30)
+    first = ledger.chunks.acquire(job_id, 0, "w1", ttl_s=30)
     assert first.status == "acquired"
-    assert ledger.acquire_chunk(job_id, 0, "w2", ttl_s=30).status == "busy"
+    assert ledger.chunks.acquire(job_id, 0, "w2", ttl_s=30).status == "busy"
     # w1 "dies": its lease lapses; w2 takes over with a newer token.
-    ledger.redis.pexpire(ledger.key(job_id, "lease:0"), 1)
-    wait_until(lambda: ledger.lease_holder(job_id, 0) is None)
-    assert ledger.orphaned_chunks(job_id) == [0]
-    second = ledger.acquire_chunk(job_id, 0, "w2", ttl_s=30)
+    ledger.redis.pexpire(CHUNK_LEASE.key(job_id, 0), 1)
+    wait_until(lambda: ledger.chunks.lease_holder(job_id, 0) is None)
+    assert ledger.chunks.orphaned(job_id) == [0]
+    second = ledger.chunks.acquire(job_id, 0, "w2", ttl_s=30)
     assert second.status == "acquired" and second.token > first.token
-    assert ledger.commit_chunk(job_id, 0, first.token, 1.0) == "fenced"
-    assert ledger.commit_chunk(job_id, 0, second.token, 1.0) == "committed"
-    assert ledger.acquire_chunk(job_id, 0, "w3", ttl_s=30).status == "done"
-    assert ledger.commit_log(job_id) == [(0, second.token, "w2")]
-    assert ledger.orphaned_chunks(job_id) == []
+    assert ledger.chunks.commit(job_id, 0, first, 1.0) == "fenced"
+    assert ledger.chunks.commit(job_id, 0, second, 1.0) == "committed"
+    assert ledger.chunks.acquire(job_id, 0, "w3", ttl_s=30).status == "done"
+    assert commit_log(ledger.redis, job_id) == [(0, second.token, "w2")]
+    assert ledger.chunks.orphaned(job_id) == []
 
 
 def test_renewal_only_by_the_holder(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 1)
-    lease = ledger.acquire_chunk(job_id, 0, "w1", ttl_s=30)
-    assert ledger.renew_chunk(job_id, 0, lease.token, 60)
-    assert not ledger.renew_chunk(job_id, 0, lease.token + 1, 60)
-    assert not ledger.release_chunk(job_id, 0, lease.token + 1)
-    assert ledger.release_chunk(job_id, 0, lease.token)
+    lease = ledger.chunks.acquire(job_id, 0, "w1", ttl_s=30)
+    assert ledger.chunks.renew(job_id, 0, lease, 60)
+    newer = lease.token + 1
+    forged = dataclasses.replace(lease, token=newer, owner=f"{newer}|w1")  # not the lease's
+    assert not ledger.chunks.renew(job_id, 0, forged, 60)
+    assert not ledger.chunks.release(job_id, 0, forged)
+    assert ledger.chunks.release(job_id, 0, lease)
 
 
 def test_last_commit_triggers_assembly_exactly_once_under_races(ledger: Ledger) -> None:
@@ -119,10 +131,10 @@ def test_last_commit_triggers_assembly_exactly_once_under_races(ledger: Ledger) 
 
     def worker(name: str) -> None:
         for n in range(chunks):
-            lease = ledger.acquire_chunk(job_id, n, name, ttl_s=30)
+            lease = ledger.chunks.acquire(job_id, n, name, ttl_s=30)
             if lease.status != "acquired":
                 continue
-            outcome = ledger.commit_chunk(job_id, n, lease.token, 0.5)
+            outcome = ledger.chunks.commit(job_id, n, lease, 0.5)
             with lock:
                 outcomes[outcome] += 1
 
@@ -133,68 +145,61 @@ def test_last_commit_triggers_assembly_exactly_once_under_races(ledger: Ledger) 
         t.join(30)
     assert outcomes["assemble"] == 1
     assert outcomes["committed"] == chunks - 1
-    committed = [n for n, _, _ in ledger.commit_log(job_id)]
+    committed = [n for n, _, _ in commit_log(ledger.redis, job_id)]
     assert sorted(committed) == list(range(chunks))  # each chunk exactly once
-    job = ledger.get(job_id)
+    job = ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.ASSEMBLING
     assert job.chunks_done == chunks and job.audio_s == pytest.approx(0.5 * chunks)
 
 
 def test_final_states_never_change(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 1)
-    lease = ledger.acquire_chunk(job_id, 0, "w", ttl_s=30)
-    assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "assemble"
-    assert ledger.acquire_assembly(job_id, "w", ttl_s=30)
-    assert (
-        ledger.finish(job_id, owner="w", key="k", size_bytes=10, duration_s=1.0, sha256="ab")
-        == "done"
-    )
-    assert not ledger.cancel(job_id)
-    assert not ledger.fail(job_id, "late")
-    job = ledger.get(job_id)
+    lease = ledger.chunks.acquire(job_id, 0, "w", ttl_s=30)
+    assert ledger.chunks.commit(job_id, 0, lease, 1.0) == "assemble"
+    assert ledger.assembly.acquire(job_id, "w", ttl_s=30)
+    assert finish(ledger, job_id, "w") == "done"
+    assert not ledger.jobs.cancel(job_id)
+    assert not ledger.jobs.fail(job_id, "late")
+    job = ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.DONE and job.error is None
-    assert job_id not in ledger.active_jobs()
+    assert job_id not in ledger.jobs.active()
 
 
 def test_commit_after_cancel_is_inactive(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 2)
-    lease = ledger.acquire_chunk(job_id, 0, "w", ttl_s=30)
-    assert ledger.cancel(job_id)
-    assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "inactive"
-    assert ledger.acquire_chunk(job_id, 1, "w", ttl_s=30).status == "inactive"
-    finish = ledger.finish(job_id, owner="w", key="k", size_bytes=1, duration_s=1.0, sha256="x")
-    assert finish == "inactive"
+    lease = ledger.chunks.acquire(job_id, 0, "w", ttl_s=30)
+    assert ledger.jobs.cancel(job_id)
+    assert ledger.chunks.commit(job_id, 0, lease, 1.0) == "inactive"
+    assert ledger.chunks.acquire(job_id, 1, "w", ttl_s=30).status == "inactive"
+    assert finish(ledger, job_id, "w") == "inactive"
 
 
 def test_only_the_assembly_lease_holder_finishes_and_a_lapsed_lease_is_orphaned(
     ledger: Ledger,
 ) -> None:
     job_id = rendering_job(ledger, 1)
-    lease = ledger.acquire_chunk(job_id, 0, "w", ttl_s=30)
-    assert ledger.commit_chunk(job_id, 0, lease.token, 1.0) == "assemble"
-    assert not ledger.assembly_orphaned(job_id)  # nobody started: not orphaned, just waiting
-    assert ledger.acquire_assembly(job_id, "dead", ttl_s=0.2)
-    assert not ledger.acquire_assembly(job_id, "other", ttl_s=30)  # held
-    assert not ledger.assembly_orphaned(job_id)
-    wait_for(lambda: ledger.assembly_orphaned(job_id), 5, "the lease to lapse")
-    assert ledger.acquire_assembly(job_id, "other", ttl_s=30)
+    lease = ledger.chunks.acquire(job_id, 0, "w", ttl_s=30)
+    assert ledger.chunks.commit(job_id, 0, lease, 1.0) == "assemble"
+    assert not ledger.assembly.orphaned(job_id)  # nobody started: not orphaned, just waiting
+    assert ledger.assembly.acquire(job_id, "dead", ttl_s=0.2)
+    assert not ledger.assembly.acquire(job_id, "other", ttl_s=30)  # held
+    assert not ledger.assembly.orphaned(job_id)
+    wait_for(lambda: ledger.assembly.orphaned(job_id), 5, "the lease to lapse")
+    assert ledger.assembly.acquire(job_id, "other", ttl_s=30)
 
-    def finish(owner: str) -> str:
-        return ledger.finish(job_id, owner=owner, key="k", size_bytes=1, duration_s=1, sha256="x")
-
-    assert finish("dead") == "fenced"  # woke up too late
-    assert ledger.renew_assembly(job_id, "other", 30) and not ledger.renew_assembly(
+    assert finish(ledger, job_id, "dead") == "fenced"  # woke up too late
+    assert ledger.assembly.renew(job_id, "other", 30) and not ledger.assembly.renew(
         job_id, "dead", 30
     )
-    assert finish("other") == "done"
+    assert finish(ledger, job_id, "other") == "done"
 
 
 def test_progress_and_eta(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 4)
     for n in range(2):
-        lease = ledger.acquire_chunk(job_id, n, "w", ttl_s=30)
-        ledger.commit_chunk(job_id, n, lease.token, 2.0)
-    job = ledger.get(job_id)
+        lease = ledger.chunks.acquire(job_id, n, "w", ttl_s=30)
+        ledger.chunks.commit(job_id, n, lease, 2.0)
+    job = ledger.jobs.get(job_id)
     assert job is not None
     assert job.progress == 0.5
     assert job.started_at is not None
@@ -204,78 +209,79 @@ def test_progress_and_eta(ledger: Ledger) -> None:
 
 def test_attempts_are_counted_per_chunk(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 2)
-    assert ledger.record_attempt(job_id, 0) == 1
-    assert ledger.record_attempt(job_id, 0) == 2
-    assert ledger.record_attempt(job_id, 1) == 1
-    assert ledger.get(job_id).attempts == 3  # type: ignore[union-attr]
+    assert ledger.chunks.record_attempt(job_id, 0) == 1
+    assert ledger.chunks.record_attempt(job_id, 0) == 2
+    assert ledger.chunks.record_attempt(job_id, 1) == 1
+    assert ledger.jobs.get(job_id).attempts == 3  # type: ignore[union-attr]
 
 
 def test_requeue_once_holds_for_its_period(ledger: Ledger) -> None:
     job_id = rendering_job(ledger, 1)
-    assert ledger.requeue_once(job_id, "chunk:0", hold_s=30)
-    assert not ledger.requeue_once(job_id, "chunk:0", hold_s=30)
-    assert ledger.requeue_once(job_id, "chunk:1", hold_s=30)
+    assert ledger.locks.requeue_once(job_id, "chunk:0", hold_s=30)
+    assert not ledger.locks.requeue_once(job_id, "chunk:0", hold_s=30)
+    assert ledger.locks.requeue_once(job_id, "chunk:1", hold_s=30)
 
 
 def tenant_job(ledger: Ledger, tenant: str, chunks: int) -> str:
-    job = ledger.create(tenant, OPTIONS, "some text")
-    assert ledger.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
-    assert ledger.save_plan(job.id, plans(chunks))
-    ledger.schedule_chunks(job.id, tenant, chunks)
+    job = ledger.jobs.create(tenant, OPTIONS, "some text")
+    assert ledger.jobs.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
+    assert ledger.jobs.save_plan(job.id, plans(chunks))
+    ledger.feed.schedule(job.id, tenant, chunks)
     return job.id
 
 
 def test_the_fair_feed_alternates_tenants_whatever_their_backlog(ledger: Ledger) -> None:
     books = [tenant_job(ledger, "acme", 50) for _ in range(4)]  # 200 chunks ahead
     small = tenant_job(ledger, "other", 2)
-    taken = ledger.take_fair(4)
+    taken = ledger.feed.take(4)
     tenants = [("other" if job == small else "acme") for job, _ in taken]
     assert tenants == ["acme", "other", "acme", "other"]  # other's job is in the first turn
     assert [n for job, n in taken if job == small] == [0, 1]
     assert [n for job, n in taken if job == books[0]] == [0, 1]  # in order within a tenant
-    assert ledger.dispatched_chunks(small) == {0, 1}
-    assert ledger.waiting_chunks("acme") == 198 and ledger.waiting_chunks("other") == 0
-    assert [job for job, _ in ledger.take_fair(3)] == [books[0]] * 3  # only acme is left
+    assert ledger.feed.dispatched(small) == {0, 1}
+    assert waiting_chunks(ledger.redis, "acme") == 198
+    assert waiting_chunks(ledger.redis, "other") == 0
+    assert [job for job, _ in ledger.feed.take(3)] == [books[0]] * 3  # only acme is left
 
 
 def test_a_cancelled_jobs_waiting_chunks_are_dropped_at_no_cost(ledger: Ledger) -> None:
     cancelled = tenant_job(ledger, "acme", 500)
     kept = tenant_job(ledger, "acme", 1)
-    assert ledger.cancel(cancelled)
+    assert ledger.jobs.cancel(cancelled)
     taken: list[tuple[str, int]] = []
     calls = 0
     while not taken:  # each call skips a bounded number of stale references
-        taken = ledger.take_fair(1)
+        taken = ledger.feed.take(1)
         calls += 1
         assert calls <= 5, "the stale references are not being dropped"
     assert taken == [(kept, 0)]
-    assert ledger.dispatched_chunks(cancelled) == set()  # none of them was handed out
-    assert ledger.waiting_chunks("acme") == 0
-    assert ledger.take_fair(5) == []
+    assert ledger.feed.dispatched(cancelled) == set()  # none of them was handed out
+    assert waiting_chunks(ledger.redis, "acme") == 0
+    assert ledger.feed.take(5) == []
 
 
 def test_queued_characters_are_held_until_the_job_ends(ledger: Ledger) -> None:
-    first = ledger.create("acme", OPTIONS, "x" * 60, max_queued_chars=100)
-    assert ledger.queued_chars("acme") == 60
+    first = ledger.jobs.create("acme", OPTIONS, "x" * 60, max_queued_chars=100)
+    assert queued_chars(ledger.redis, "acme") == 60
     with pytest.raises(QuotaExceededError) as refused:
-        ledger.create("acme", OPTIONS, "x" * 60, max_queued_chars=100)
+        ledger.jobs.create("acme", OPTIONS, "x" * 60, max_queued_chars=100)
     assert refused.value.retry_after_s and refused.value.field == "text"
-    assert ledger.queued_chars("acme") == 60  # a refusal holds nothing
-    ledger.create("other", OPTIONS, "x" * 60, max_queued_chars=100)  # its own quota
-    assert ledger.cancel(first.id)
-    assert not ledger.cancel(first.id)  # ending twice gives back once
-    assert ledger.queued_chars("acme") == 0
-    ledger.create("acme", OPTIONS, "x" * 100, max_queued_chars=100)  # at the limit
+    assert queued_chars(ledger.redis, "acme") == 60  # a refusal holds nothing
+    ledger.jobs.create("other", OPTIONS, "x" * 60, max_queued_chars=100)  # its own quota
+    assert ledger.jobs.cancel(first.id)
+    assert not ledger.jobs.cancel(first.id)  # ending twice gives back once
+    assert queued_chars(ledger.redis, "acme") == 0
+    ledger.jobs.create("acme", OPTIONS, "x" * 100, max_queued_chars=100)  # at the limit
 
 
 def test_jobs_past_their_retention_are_listed_oldest_first(ledger: Ledger) -> None:
-    old = ledger.create("acme", OPTIONS, "old")
-    assert ledger.fail(old.id, "gone")
+    old = ledger.jobs.create("acme", OPTIONS, "old")
+    assert ledger.jobs.fail(old.id, "gone")
     cutoff = time.time() + 0.001
     time.sleep(0.01)
-    young = ledger.create("acme", OPTIONS, "young")
-    assert ledger.cancel(young.id)
-    assert ledger.expired_jobs(cutoff, 10) == [old.id]
-    ledger.delete_job(old.id, "acme")
-    assert ledger.get(old.id) is None and ledger.expired_jobs(cutoff, 10) == []
-    assert [j.id for j in ledger.list_for_tenant("acme", limit=10)[0]] == [young.id]
+    young = ledger.jobs.create("acme", OPTIONS, "young")
+    assert ledger.jobs.cancel(young.id)
+    assert ledger.retention.expired(cutoff, 10) == [old.id]
+    ledger.retention.forget(old.id, "acme")
+    assert ledger.jobs.get(old.id) is None and ledger.retention.expired(cutoff, 10) == []
+    assert [j.id for j in ledger.jobs.list_for_tenant("acme", limit=10)[0]] == [young.id]

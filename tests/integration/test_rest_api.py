@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from voicelane.api.rest import create_app
 from voicelane.core.batch_lane import QUEUES, CeleryEnqueue
+from voicelane.core.ledger.keys import ACTIVE_JOBS
 from voicelane.core.settings import ApiSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
 
@@ -249,7 +250,7 @@ def test_cancel_a_queued_job(api: tuple[TestClient, redis.Redis]) -> None:
     response = client.delete(f"/v1/jobs/{job_id}", headers=ACME)
     assert response.status_code == 200 and response.json()["state"] == "cancelled"
     assert connection.llen("control") == 2  # plan, then cleanup
-    assert not connection.sismember("vl:jobs:active", job_id)
+    assert not connection.sismember(ACTIVE_JOBS.key(), job_id)
 
 
 def test_paging_lists_own_jobs_newest_first(api: tuple[TestClient, redis.Redis]) -> None:

@@ -242,12 +242,19 @@ def test_the_backend_refuses_unix_sockets() -> None:
 # ---- notify_job ------------------------------------------------------------------------------
 
 
-class OneJobLedger:
+class OneJob:
     def __init__(self, job: Job) -> None:
         self.job = job
 
     def get(self, job_id: str) -> Job | None:
         return self.job if job_id == self.job.id else None
+
+
+class OneJobLedger:
+    """A ledger whose ``jobs`` know one job (all ``notify_job`` reads)."""
+
+    def __init__(self, job: Job) -> None:
+        self.jobs = OneJob(job)
 
 
 def final_job(callback_url: str | None, state: JobState = JobState.DONE) -> Job:

@@ -1,0 +1,266 @@
+"""The job record and its state machine.
+
+States: queued → planning → rendering → assembling → done | failed | cancelled. Final states
+never change again; every transition is a Lua script that checks the current state
+(``set_state.lua``, ``save_plan.lua``, ``end_job.lua``; rendering → assembling is the last
+commit's, :mod:`~voicelane.core.ledger.chunks`; assembling → done is the assembly lock
+holder's, :mod:`~voicelane.core.ledger.assembly`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import cast
+
+import redis
+
+from voicelane.common.errors import JobNotFoundError, QuotaExceededError
+from voicelane.core.ledger.ending import ENDING, ending_args, ending_keys
+from voicelane.core.ledger.keys import (
+    ACTIVE_JOBS,
+    ATTEMPTS,
+    JOB,
+    JOB_PLAN,
+    JOB_TEXT,
+    TENANT_JOBS,
+)
+from voicelane.core.ledger.lua import register
+from voicelane.core.ledger.queued_chars import RETRY_S, QueuedChars
+from voicelane.core.ledger.records import (
+    ChunkPlan,
+    Job,
+    JobOptions,
+    JobState,
+    number_of,
+    one_line,
+    text_of,
+)
+
+ERROR_CHARS = 500
+"""What a final job keeps of the reason it failed."""
+LAST_ERROR_CHARS = 300
+
+
+class Jobs:
+    """Jobs in Redis. Safe to share between threads (redis-py pools connections)."""
+
+    def __init__(self, client: redis.Redis, queued_chars: QueuedChars) -> None:
+        self.redis = client
+        self.queued_chars = queued_chars
+        self._set_state = register(client, "set_state")
+        self._save_plan = register(client, "save_plan")
+        self._end = register(client, "end_job", libraries=(ENDING,))
+
+    # ---------------------------------------------------------------- creating and reading
+    def create(
+        self, tenant: str, options: JobOptions, text: str, *, max_queued_chars: int | None = None
+    ) -> Job:
+        """A new job in ``queued``. With ``max_queued_chars``, the tenant's unfinished jobs
+        may hold at most that many characters together (:class:`QuotaExceededError` else);
+        a job gives its characters back when it ends."""
+        job_id = uuid.uuid4().hex
+        now = time.time()
+        held = 0
+        if max_queued_chars is not None:
+            if not self.queued_chars.reserve(tenant, len(text), max_queued_chars):
+                raise QuotaExceededError(
+                    f"text: the tenant's unfinished jobs would hold more than "
+                    f"{max_queued_chars:,} characters; wait for some to finish",
+                    field="text",
+                    retry_after_s=RETRY_S,
+                )
+            held = len(text)
+        try:
+            self._write(job_id, tenant, options, text, now=now, held=held)
+        except BaseException:
+            if held:
+                self.queued_chars.give_back(tenant, held)
+            raise
+        job = self.get(job_id)
+        assert job is not None
+        return job
+
+    def _write(
+        self, job_id: str, tenant: str, options: JobOptions, text: str, *, now: float, held: int
+    ) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(
+            JOB.key(job_id),
+            mapping={
+                "id": job_id,
+                "tenant": tenant,
+                "state": JobState.QUEUED.value,
+                "voice": options.voice,
+                "format": options.format,
+                "sample_rate_hz": options.sample_rate_hz,
+                "speed": options.speed,
+                "callback_url": options.callback_url or "",
+                "characters": len(text),
+                "created_at": now,
+                "updated_at": now,
+                "chunks_total": 0,
+                "chunks_done": 0,
+                "audio_s": 0.0,
+                **({"queued_chars": held} if held else {}),
+            },
+        )
+        pipe.set(JOB_TEXT.key(job_id), text.encode("utf-8"))
+        pipe.zadd(TENANT_JOBS.key(tenant), {job_id: now})
+        pipe.sadd(ACTIVE_JOBS.key(), job_id)
+        pipe.execute()
+
+    def get(self, job_id: str) -> Job | None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(JOB.key(job_id))
+        pipe.hvals(ATTEMPTS.key(job_id))
+        raw, attempts = cast(tuple[Mapping[bytes, bytes], list[bytes]], pipe.execute())
+        if not raw:
+            return None
+        return decode_job(raw, sum(int(a) for a in attempts))
+
+    def get_for_tenant(self, tenant: str, job_id: str) -> Job:
+        """The tenant's job; another tenant's job is reported exactly like a missing one."""
+        job = self.get(job_id) if plausible_id(job_id) else None
+        if job is None or job.tenant != tenant:
+            raise JobNotFoundError(f"no job {job_id!r}")
+        return job
+
+    def list_for_tenant(
+        self, tenant: str, *, limit: int, before: float | None = None
+    ) -> tuple[list[Job], float | None]:
+        """Newest first; returns the page and the cursor of the next page (None at the end)."""
+        high: float | str = f"({before}" if before is not None else "+inf"
+        ids = cast(
+            list[tuple[bytes, float]],
+            self.redis.zrevrangebyscore(
+                TENANT_JOBS.key(tenant), high, "-inf", start=0, num=limit + 1, withscores=True
+            ),
+        )
+        jobs = [job for raw_id, _ in ids[:limit] if (job := self.get(raw_id.decode()))]
+        cursor = ids[limit - 1][1] if len(ids) > limit else None
+        return jobs, cursor
+
+    def text(self, job_id: str) -> str:
+        raw = cast(bytes | None, self.redis.get(JOB_TEXT.key(job_id)))
+        if raw is None:
+            raise JobNotFoundError(f"job {job_id} has no text")
+        return raw.decode("utf-8")
+
+    def chunk(self, job_id: str, n: int) -> ChunkPlan:
+        """The plan of the job's chunk ``n``."""
+        raw = cast(bytes | None, self.redis.lindex(JOB_PLAN.key(job_id), n))
+        if raw is None:
+            raise JobNotFoundError(f"job {job_id} has no chunk {n}")
+        return ChunkPlan.from_json(raw)
+
+    # ---------------------------------------------------------------- transitions
+    def transition(self, job_id: str, to: JobState, *, only_from: tuple[JobState, ...]) -> bool:
+        result = self._set_state(
+            keys=[JOB.key(job_id)],
+            args=[to.value, time.time(), *(s.value for s in only_from)],
+        )
+        if result == -1:
+            raise JobNotFoundError(f"no job {job_id!r}")
+        return bool(result)
+
+    def save_plan(self, job_id: str, chunks: list[ChunkPlan]) -> bool:
+        """planning → rendering with these chunks; False if the job moved on (cancelled)."""
+        return bool(
+            self._save_plan(
+                keys=[JOB.key(job_id), JOB_PLAN.key(job_id)],
+                args=[time.time(), len(chunks), *(c.to_json() for c in chunks)],
+            )
+        )
+
+    def fail(self, job_id: str, reason: str) -> bool:
+        return self._end_job(job_id, JobState.FAILED, reason)
+
+    def cancel(self, job_id: str) -> bool:
+        return self._end_job(job_id, JobState.CANCELLED, "cancelled by the client")
+
+    def _end_job(self, job_id: str, state: JobState, reason: str) -> bool:
+        result = self._end(
+            keys=ending_keys(job_id),
+            args=[job_id, time.time(), state.value, one_line(reason, ERROR_CHARS), *ending_args()],
+        )
+        if result == -1:
+            raise JobNotFoundError(f"no job {job_id!r}")
+        return bool(result)
+
+    # ---------------------------------------------------------------- progress notes
+    def touch(self, job_id: str) -> None:
+        """Mark progress (long assembly), so the reconciler does not think the job stalled."""
+        self.redis.hset(JOB.key(job_id), "updated_at", time.time())
+
+    def record_error(self, job_id: str, error: str) -> None:
+        """Remember the job's last error (shown when it fails for good)."""
+        self.redis.hset(JOB.key(job_id), "last_error", one_line(error, LAST_ERROR_CHARS))
+
+    def last_error(self, job_id: str) -> str | None:
+        return text_of(cast(bytes | None, self.redis.hget(JOB.key(job_id), "last_error")))
+
+    # ---------------------------------------------------------------- the active jobs
+    def active(self) -> list[str]:
+        """Ids of the jobs not in a final state, sorted."""
+        members = cast(set[bytes], self.redis.smembers(ACTIVE_JOBS.key()))
+        return sorted(m.decode() for m in members)
+
+    def active_count(self) -> int:
+        """Jobs not in a final state."""
+        return int(self.redis.scard(ACTIVE_JOBS.key()))
+
+    def active_by_state(self) -> dict[str, int]:
+        """Jobs not in a final state, counted by state (one round trip for all of them)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in self.active():
+            pipe.hget(JOB.key(job_id), "state")
+        counts: dict[str, int] = {}
+        for raw in pipe.execute():
+            state = text_of(raw) or "gone"
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+
+def plausible_id(job_id: str) -> bool:
+    """A job id could be this (32 hex digits): anything else is not looked up at all."""
+    return len(job_id) == 32 and all(c in "0123456789abcdef" for c in job_id)
+
+
+def decode_job(raw: Mapping[bytes, bytes], attempts: int) -> Job:
+    """The job record from its hash (``attempts``: the sum of its chunks')."""
+
+    def get(name: str) -> str | None:
+        return text_of(raw.get(name.encode()))
+
+    def number(name: str) -> float | None:
+        return number_of(raw.get(name.encode()))
+
+    size = number("size_bytes")
+    return Job(
+        id=get("id") or "",
+        tenant=get("tenant") or "",
+        state=JobState(get("state") or JobState.FAILED.value),
+        options=JobOptions(
+            voice=get("voice") or "",
+            format=get("format") or "",
+            sample_rate_hz=int(number("sample_rate_hz") or 0),
+            speed=number("speed") or 1.0,
+            callback_url=get("callback_url") or None,
+        ),
+        characters=int(number("characters") or 0),
+        created_at=number("created_at") or 0.0,
+        updated_at=number("updated_at") or 0.0,
+        started_at=number("started_at"),
+        finished_at=number("finished_at"),
+        chunks_total=int(number("chunks_total") or 0),
+        chunks_done=int(number("chunks_done") or 0),
+        audio_s=number("audio_s") or 0.0,
+        attempts=attempts,
+        output_key=get("output_key") or None,
+        size_bytes=int(size) if size is not None else None,
+        duration_s=number("duration_s"),
+        sha256=get("sha256") or None,
+        error=get("error") or None,
+    )

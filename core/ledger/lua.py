@@ -1,0 +1,29 @@
+"""The ledger's Lua scripts: ``.lua`` files beside these modules, read once, registered per
+Redis client.
+
+A script may start with libraries — files of ``local function``\\ s shared by several scripts
+(``lock.lua``: the one lock; ``ending.lua``: what every final state does). They are prepended
+to the script's own file, so each script stays one atomic ``EVALSHA``.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import redis
+from redis.commands.core import Script
+
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The text of ``{name}.lua``, read from the installed package once per process."""
+    return resources.files(_PACKAGE).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+def register(client: redis.Redis, name: str, *, libraries: tuple[str, ...] = ()) -> Script:
+    """``{name}.lua`` after its ``libraries``, registered with ``client`` (redis-py loads it
+    into Redis on first use and again after a Redis restart)."""
+    return client.register_script("".join(source(part) for part in (*libraries, name)))
