@@ -10,7 +10,7 @@ from pathlib import Path
 from voicelane.core.ledger import Ledger
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
-from voicelane.workers.batcher import Batcher
+from voicelane.workers.batching import Batcher
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.jobs import JobContext
 
