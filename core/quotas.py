@@ -10,7 +10,7 @@ key), so every front process and replica draws from the same one, and the clock 
 
 The tenant's other limits live beside the state they bound: queued characters in the job
 ledger (:meth:`voicelane.core.ledger.Ledger.create`), concurrent streams in the real-time lane
-(:meth:`voicelane.core.realtime_lane.RealtimeClient.hold_tenant_slot`).
+(:meth:`voicelane.core.lane.front.RealtimeClient.hold_tenant_slot`).
 """
 
 from __future__ import annotations
