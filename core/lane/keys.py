@@ -22,7 +22,7 @@ so its comments would only cost bytes on the wire.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 PREFIX = "vl:rt:"
@@ -45,11 +45,12 @@ class LaneKey:
     lifetime: str
     writer: str
     """Who writes it: the fronts or the workers."""
+    prefix: str = field(init=False, repr=False, compare=False)
+    """The pattern up to its ``{part}`` (the whole key for a single key); computed once, as
+    keys are built on the lane's hot paths (every append, every read)."""
 
-    @property
-    def prefix(self) -> str:
-        """The pattern up to its ``{part}`` (the whole key for a single key)."""
-        return self.pattern.partition("{")[0]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefix", self.pattern.partition("{")[0])
 
     @property
     def single(self) -> bool:
@@ -167,40 +168,16 @@ def family(key: str) -> LaneKey | None:
     return next((k for k in KEYS if k.describes(key)), None)
 
 
-def input_key(request_id: str) -> str:
-    return INPUT_KEY.key(request_id)
-
-
-def output_key(request_id: str) -> str:
-    return OUTPUT_KEY.key(request_id)
-
-
-def cancel_key(request_id: str) -> str:
-    return CANCEL_KEY.key(request_id)
-
-
-def heartbeat_key(request_id: str) -> str:
-    return HEARTBEAT_KEY.key(request_id)
-
-
-def owner_key(request_id: str) -> str:
-    return OWNER_KEY.key(request_id)
-
-
-def tenant_key(request_id: str) -> str:
-    return TENANT_KEY.key(request_id)
-
-
-def tenant_streams_key(tenant: str) -> str:
-    return TENANT_STREAMS_KEY.key(tenant)
-
-
-def wake_key(reader_id: str) -> str:
-    return WAKE_KEY.key(reader_id)
-
-
-def capabilities_key(engine: str) -> str:
-    return CAPABILITIES_KEY.key(engine)
+# The builders: a family's key for one request (tenant, reader, engine).
+input_key = INPUT_KEY.key
+output_key = OUTPUT_KEY.key
+cancel_key = CANCEL_KEY.key
+heartbeat_key = HEARTBEAT_KEY.key
+owner_key = OWNER_KEY.key
+tenant_key = TENANT_KEY.key
+tenant_streams_key = TENANT_STREAMS_KEY.key
+wake_key = WAKE_KEY.key
+capabilities_key = CAPABILITIES_KEY.key
 
 
 # ---- Lua --------------------------------------------------------------------------------------
