@@ -24,9 +24,9 @@ from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
 from voicelane.core.batch_lane import BatchClient
+from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.ledger import Ledger
 from voicelane.core.quotas import RequestRate
-from voicelane.core.realtime_lane import RealtimeClient
 from voicelane.core.settings import ApiSettings
 from voicelane.core.storage import Storage
 

@@ -1,7 +1,7 @@
 """What the workers' engine accepts, as the fronts see it: its published capabilities.
 
 GPU workers publish their engine's :class:`~voicelane.core.rules.EngineCapabilities` (voices, speed
-range) in Redis (:meth:`voicelane.core.realtime_lane.RealtimeWorkerClient.publish_capabilities`);
+range) in Redis (:meth:`voicelane.core.lane.worker.RealtimeWorkerClient.publish_capabilities`);
 the fronts read them here, cached for ``ttl_s``, and check every request against them
 (:mod:`voicelane.core.rules`). Before any worker of the ``espeak`` engine ran, its capabilities are
 computed locally (espeak ships with the package and loads in milliseconds); for any other
@@ -14,7 +14,7 @@ import asyncio
 import time
 
 from voicelane.common.errors import UnavailableError
-from voicelane.core.realtime_lane import RealtimeClient
+from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.rules import EngineCapabilities
 
 ESPEAK = "espeak"

@@ -33,7 +33,7 @@ from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core import metrics
-from voicelane.core.realtime_lane import RealtimeClient
+from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.rules import MIN_USEFUL_DEADLINE_S
 from voicelane.core.settings import GrpcSettings
 

@@ -45,7 +45,7 @@ from voicelane.common.errors import (
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core import metrics
-from voicelane.core.realtime_lane import now_ms
+from voicelane.core.lane.messages import now_ms
 
 log = logging.getLogger(__name__)
 

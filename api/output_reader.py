@@ -4,11 +4,11 @@ A front relaying hundreds of streams must not hold one blocking XREAD (one Redis
 one waiting coroutine) per stream. The :class:`OutputReader` of a front process (one per
 :class:`~voicelane.api.streams.StreamGateway`) runs one background task that reads the output
 streams of all its subscriptions with a single XREAD per round
-(:meth:`voicelane.core.realtime_lane.RealtimeClient.read_outputs`, blocking up to ``block_ms``) and
+(:meth:`voicelane.core.lane.front.RealtimeClient.read_outputs`, blocking up to ``block_ms``) and
 hands each stream its entries (:class:`Subscription`). The rules:
 
 * **own connection** — the blocking read runs on its own Redis client
-  (:meth:`~voicelane.core.realtime_lane.RealtimeClient.twin`), never on the pool the rest of the
+  (:meth:`~voicelane.core.lane.front.RealtimeClient.twin`), never on the pool the rest of the
   front uses;
 * **wake** — the read also watches the reader's wake stream: a subscription added while a read
   is pending appends to it (through the front's usual client), which ends the read at once, so
@@ -38,7 +38,8 @@ import uuid
 from collections import deque
 
 from voicelane.common.errors import ShuttingDownError
-from voicelane.core.realtime_lane import OutputEvent, RealtimeClient
+from voicelane.core.lane.front import RealtimeClient
+from voicelane.core.lane.messages import OutputEvent
 
 log = logging.getLogger(__name__)
 

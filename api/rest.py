@@ -33,9 +33,9 @@ from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
 from voicelane.common.errors import InvalidInputError, VoicelaneError, http_status
 from voicelane.core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
+from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.ledger import Ledger
 from voicelane.core.quotas import RequestRate
-from voicelane.core.realtime_lane import RealtimeClient
 from voicelane.core.settings import ApiSettings
 from voicelane.core.storage import Storage, open_storage
 

@@ -280,7 +280,7 @@ def _ready(api: ApiSettings, grpc_target: str) -> bool:
     """The API is ready, the gRPC front serves and a GPU worker reports real-time capacity."""
     import redis
 
-    from voicelane.core.realtime_lane import reporting_workers
+    from voicelane.core.lane.worker import reporting_workers
 
     try:
         if httpx.get(f"http://{api.host}:{api.port}/readyz", timeout=1.0).status_code != 200:

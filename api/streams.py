@@ -13,7 +13,7 @@ workers'
    429 on HTTP) with a retry hint;
 3. *submit* — the stream id, in its tenant's namespace, is reserved for the tenant (checked
    again on resume), and the request queued on the lane
-   (:class:`voicelane.core.realtime_lane.RealtimeClient`) with an absolute deadline (the client's,
+   (:class:`voicelane.core.lane.front.RealtimeClient`) with an absolute deadline (the client's,
    capped at ``max_deadline_s``) and the encoding the front needs (Opus packets, a file, raw
    PCM);
 4. *relay* — the request's output stream becomes :class:`StreamChunk` values as it grows
@@ -52,22 +52,23 @@ from voicelane.common.errors import (
     StreamExistsError,
     StreamNotFoundError,
     UnavailableError,
-    error_for_status,
+    error_from_wire,
 )
 from voicelane.core import metrics
-from voicelane.core.quotas import RequestRate
-from voicelane.core.realtime_lane import (
+from voicelane.core.lane.front import RealtimeClient
+from voicelane.core.lane.messages import (
+    NO_DETAIL,
     EventKind,
     InputKind,
     InputPiece,
     Mode,
     OutputEvent,
-    RealtimeClient,
     StreamRequest,
     lane_request_id,
     new_request_id,
     now_ms,
 )
+from voicelane.core.quotas import RequestRate
 from voicelane.core.rules import (
     MIN_USEFUL_DEADLINE_S,
     ConversationText,
@@ -373,7 +374,7 @@ class Stream:
         if event.kind is EventKind.END:
             self.finished = True
             return self._chunk(event, max(event.seq, self._last_seq + 1), final=True)
-        raise error_for_status(event.code or "INTERNAL", event.text)
+        raise error_from_wire(event.error or NO_DETAIL)  # the worker's error, whole
 
     def _chunk(self, event: OutputEvent, seq: int, *, final: bool) -> StreamChunk:
         captions = tuple(

@@ -1,6 +1,6 @@
 """The batch lane's contract between the fronts and the workers: queues, tasks, enqueueing.
 
-Like :mod:`voicelane.core.realtime_lane` for live streams, this module is what both sides agree on:
+Like :mod:`voicelane.core.lane` for live streams, this module is what both sides agree on:
 
 * the Celery queues (``control``: planning, callbacks, cleanup; ``render``: GPU workers;
   ``assemble``: CPU workers) and the task names, routed one queue per task;

@@ -15,7 +15,7 @@ is built from that one table, which its test checks against Redis.
 The tenant's other limits live beside the state they bound: queued characters in the job
 ledger (:mod:`voicelane.core.ledger.queued_chars`, taken by ``Ledger.jobs.create``),
 concurrent streams in the real-time lane
-(:meth:`voicelane.core.realtime_lane.RealtimeClient.hold_tenant_slot`).
+(:meth:`voicelane.core.lane.front.RealtimeClient.hold_tenant_slot`).
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ A worker that takes over a dead worker's request continues after the last senten
 had started: the client may hear a gap, never a repeated or reordered ``seq``. (A byte
 stream cannot continue mid-file: once part of it was sent, a takeover ends it with
 UNAVAILABLE.) Only the request's current owner can append
-(``RealtimeWorkerClient.append_output``).
+(``WorkerBatch.append_output`` in :mod:`voicelane.core.lane.worker`). An error reaches the
+front whole (:meth:`OutputEvent.failure`): its code, field and retry hint, not only its status.
 """
 
 from __future__ import annotations
@@ -56,17 +57,16 @@ from voicelane.common.errors import (
     ShuttingDownError,
     UnavailableError,
     VoicelaneError,
-    grpc_status_name,
 )
-from voicelane.core.realtime_lane import (
+from voicelane.core.lane.messages import (
     EventKind,
     InputKind,
     InputPiece,
     OutputEvent,
-    RealtimeWorkerClient,
     StreamRequest,
     now_ms,
 )
+from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.settings import RealtimeSettings
 from voicelane.core.text import Segment, split_sentences
 from voicelane.workers.batching import AudioStream, Batcher, Priority
@@ -305,13 +305,13 @@ class Session:
             log.info("request %s left for another worker (shutting down)", rid)
             acknowledge = False
         except VoicelaneError as error:
-            await self._error(grpc_status_name(error), error.message)
+            await self._error(error)
         except redis.RedisError as error:  # Redis went away mid-stream (restart, timeout)
             log.warning("request %s: the lane's Redis failed: %s", rid, error)
-            await self._error("UNAVAILABLE", "the lane's store (Redis) failed; retry shortly")
+            await self._error(UnavailableError("the lane's store (Redis) failed; retry shortly"))
         except Exception as error:
             log.exception("request %s failed", rid)
-            await self._error("INTERNAL", f"{type(error).__name__}: {error}")
+            await self._error(VoicelaneError(f"{type(error).__name__}: {error}"))
         try:
             if acknowledge:
                 await self.io.finish(self.entry_id, rid)
@@ -321,9 +321,10 @@ class Session:
             self.done.set()
             self.consumer.session_ended(self)
 
-    async def _error(self, code: str, message: str) -> None:
+    async def _error(self, error: VoicelaneError) -> None:
+        """Tell the front: the error goes whole (code, message, status, field, retry hint)."""
         with contextlib.suppress(_SupersededError, asyncio.CancelledError, Exception):
-            await self._append([OutputEvent(EventKind.ERROR, code=code, text=message)])
+            await self._append([OutputEvent.failure(error)])
 
     async def _append(self, events: list[OutputEvent]) -> None:
         """Append ``events`` (and any held captions before them) in one round."""
@@ -347,9 +348,7 @@ class Session:
         if resume.ended:
             return
         if request.expired:
-            await self._append(
-                [OutputEvent(EventKind.ERROR, code="DEADLINE_EXCEEDED", text="deadline passed")]
-            )
+            await self._append([OutputEvent.failure(DeadlineExceededError("deadline passed"))])
             return
         engine = self.batcher.engine
         engine.validate(Utterance("check", request.voice, request.speed))

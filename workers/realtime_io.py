@@ -4,7 +4,7 @@ A worker serving hundreds of live streams would otherwise make hundreds of small
 trips a second per stream kind (appends, cancel checks, input reads, heartbeats), each
 waking a thread and taking the GIL. :class:`LaneIO` runs one thread ("realtime-io") that,
 each round, sends everything the sessions asked for since the last round as one pipeline
-(:class:`voicelane.core.realtime_lane.WorkerBatch`) and hands each session its answer:
+(:class:`voicelane.core.lane.worker.WorkerBatch`) and hands each session its answer:
 
 * calls a session awaits — ``begin_session``, ``append``, ``finish``, ``output_events`` —
   go out in the next round (the thread wakes as soon as one is queued), in the order they
@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from voicelane.core.realtime_lane import InputPiece, OutputEvent, RealtimeWorkerClient, WorkerBatch
+from voicelane.core.lane.messages import InputPiece, OutputEvent
+from voicelane.core.lane.worker import RealtimeWorkerClient, WorkerBatch
 from voicelane.core.settings import RealtimeSettings
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from celery.signals import worker_ready
 
 from voicelane.core import metrics
 from voicelane.core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
+from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.ledger import Ledger
-from voicelane.core.realtime_lane import RealtimeWorkerClient
 from voicelane.core.settings import WorkerSettings
 from voicelane.core.storage import open_storage
 from voicelane.workers import context

@@ -20,7 +20,7 @@ import redis
 from tests.support.stack import ACME_KEY, Stack, wait_for
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
-from voicelane.core.realtime_lane import GROUP, REQUESTS
+from voicelane.core.lane.keys import GROUP, REQUESTS
 from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -28,7 +28,8 @@ from voicelane.api.ollama_standin import OllamaStandin, StandinConfig, default_r
 from voicelane.common.audio import OpusStreamDecoder
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
-from voicelane.core.realtime_lane import lane_request_id, output_key
+from voicelane.core.lane.keys import output_key
+from voicelane.core.lane.messages import lane_request_id
 from voicelane.core.redis_server import RedisServer, free_port
 from voicelane.core.speakable import clean_for_speech
 

@@ -1,10 +1,11 @@
 """The gRPC front of the real-time lane, end to end in one process.
 
 The real front (``start_front`` / ``serve``: grpc.aio server, auth interceptor, health,
-reflection) runs in the test's event loop against a real redis-server; a fake worker thread
-(:mod:`tests.support.fake_rt_worker`) speaks the lane protocol with real Opus packets; the
-clients are the generated grpc.aio stubs. Nothing sleeps to synchronise: tests wait on
-streams, or poll Redis and the worker's records with a deadline.
+reflection) runs in the test's event loop against a real redis-server; a fake worker
+(:mod:`tests.support.fake_rt_worker`) speaks the lane through the worker's own I/O layer
+(``LaneIO``: the batched ``WorkerBatch`` rounds) with real Opus packets; the clients are the
+generated grpc.aio stubs. Nothing sleeps to synchronise: tests wait on streams, or poll Redis
+and the worker's records with a deadline.
 """
 
 from __future__ import annotations
@@ -26,19 +27,13 @@ from grpc_reflection.v1alpha import reflection_pb2
 from tests.support.fake_rt_worker import FakeRealtimeWorker, FakeWorkerKnobs
 from voicelane.api.grpc_front import Front, serve, start_front, stop_front
 from voicelane.common.audio import OpusStreamDecoder
+from voicelane.common.errors import EngineOutOfMemoryError, JobStateError
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
-from voicelane.core.realtime_lane import (
-    CAPABILITIES_KEY,
-    REQUESTS,
-    RealtimeClient,
-    RealtimeWorkerClient,
-    StreamRequest,
-    cancel_key,
-    lane_request_id,
-    now_ms,
-    tenant_key,
-)
+from voicelane.core.lane.front import RealtimeClient
+from voicelane.core.lane.keys import REQUESTS, cancel_key, capabilities_key, tenant_key
+from voicelane.core.lane.messages import StreamRequest, lane_request_id, now_ms
+from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.redis_server import free_port
 from voicelane.core.rules import EngineCapabilities, VoiceInfo
 from voicelane.core.settings import GrpcSettings, RealtimeSettings
@@ -471,9 +466,7 @@ async def test_the_dead_worker_verdict_comes_within_the_liveness_bound(
 
 
 async def test_a_worker_error_event_ends_the_stream_with_its_status(harness: Harness) -> None:
-    harness.worker(
-        error_after_events=1, error_code="FAILED_PRECONDITION", error_message="voice unloaded"
-    )
+    harness.worker(error_after_events=1, error=JobStateError("voice unloaded"))
     received: list[pb.AudioChunk] = []
 
     error = await rpc_error(synthesize(harness, text=TEXT), received)
@@ -481,6 +474,20 @@ async def test_a_worker_error_event_ends_the_stream_with_its_status(harness: Har
     assert error.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert error.details() == "voice unloaded"
     assert len(received) == 1
+
+
+async def test_a_worker_errors_retry_hint_reaches_the_client(harness: Harness) -> None:
+    """The worker's error crosses the lane whole: its retry hint too, not only its status."""
+    busy = EngineOutOfMemoryError("the device is out of memory", retry_after_s=2.5)
+    harness.worker(error_after_events=1, error=busy)
+    call = synthesize(harness, text=TEXT)
+
+    error = await rpc_error(call)
+    trailing = dict(await call.trailing_metadata() or ())
+
+    assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.details() == "the device is out of memory"
+    assert trailing["retry-after-ms"] == "2500"
 
 
 @pytest.mark.parametrize("after_seq", [0, 2, 3, 11])
@@ -675,7 +682,7 @@ async def test_list_voices_returns_the_registered_voices(harness: Harness) -> No
     published = EngineCapabilities(
         "espeak", 22050, 0.5, 2.5, (VoiceInfo("auto"), VoiceInfo("custom-x"))
     )
-    harness.redis.set(CAPABILITIES_KEY.format(engine="espeak"), published.to_json())
+    harness.redis.set(capabilities_key("espeak"), published.to_json())
 
     reply = await harness.stub.ListVoices(pb.ListVoicesRequest(), metadata=ACME)
     error = await rpc_error(synthesize(harness, text=TEXT, voice="en-us"))

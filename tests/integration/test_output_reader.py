@@ -20,14 +20,9 @@ import redis
 from voicelane.api.failures import service_error
 from voicelane.api.output_reader import OutputReader, Subscription
 from voicelane.common.errors import ShuttingDownError, UnavailableError
-from voicelane.core.realtime_lane import (
-    WAKE_TTL_S,
-    EventKind,
-    OutputEvent,
-    RealtimeClient,
-    output_key,
-    wake_key,
-)
+from voicelane.core.lane.front import RealtimeClient
+from voicelane.core.lane.keys import WAKE_TTL_S, output_key, wake_key
+from voicelane.core.lane.messages import EventKind, OutputEvent
 from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

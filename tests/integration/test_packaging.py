@@ -5,6 +5,7 @@ server's dependencies — streams speech from a running stack."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import venv
@@ -26,13 +27,19 @@ SERVER_ONLY = {"celery", "flower", "boto3", "fastapi", "uvicorn", "redis", "torc
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The server's and the SDK's wheels, built from this checkout."""
+    """The server's and the SDK's wheels, built from this checkout (setuptools' build folders,
+    which would carry files deleted since into the wheel, are removed before and after)."""
     out = tmp_path_factory.mktemp("wheels")
+    scratch = [ROOT / "build", ROOT / "client" / "build"]
+    for folder in scratch:
+        shutil.rmtree(folder, ignore_errors=True)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "-w", str(out), str(ROOT), str(ROOT / "client")],
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
+    for folder in scratch:
+        shutil.rmtree(folder, ignore_errors=True)
     built = {path.name.split("-")[0]: path for path in out.glob("*.whl")}
     assert set(built) == {"voicelane", "voicelane_client"}, sorted(built)
     return built

@@ -23,7 +23,8 @@ from tests.support.stack import ACME_KEY, ROOT, Stack, wait_for
 from voicelane.common.audio import AudioFormat, OpusStreamDecoder, decode_to_pcm
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
-from voicelane.core.realtime_lane import REQUESTS, heartbeat_key, lane_request_id, owner_key
+from voicelane.core.lane.keys import REQUESTS, heartbeat_key, output_key, owner_key
+from voicelane.core.lane.messages import lane_request_id
 from voicelane.core.redis_server import RedisServer
 from voicelane.core.settings import EmbeddedSettings
 from voicelane.workers.render import EmbeddedRenderer
@@ -230,14 +231,15 @@ def test_cancel_mid_stream_stops_the_worker(tmp_path: Path) -> None:
                 call.cancel()
                 return first.request_id
 
-        request_id = asyncio.run(go())
-        key = f"vl:rt:out:{request_id}"
+        lane_id = lane_request_id("acme", asyncio.run(go()))  # the stream's id in the lane
+        key = output_key(lane_id)
 
         def stopped() -> bool:  # the session ended: its heartbeat is gone
-            return not client.exists(heartbeat_key(request_id))
+            return not client.exists(heartbeat_key(lane_id))
 
         wait_for(stopped, 10, "the worker to drop the cancelled stream")
         length = client.xlen(key)
+        assert length > 0  # the output the client got before it left
         time.sleep(1.0)  # nothing more may be written after the stop
         assert client.xlen(key) == length
         kinds = [f[b"kind"] for _, f in client.xrange(key)]  # type: ignore[union-attr,index]

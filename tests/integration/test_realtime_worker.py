@@ -15,22 +15,19 @@ import redis
 from tests.support.engines import RecordingEngine
 from tests.support.stack import wait_for
 from voicelane.common.audio import OpusStreamDecoder
-from voicelane.core.realtime_lane import (
-    GROUP,
-    REQUESTS,
+from voicelane.core.lane.front import RealtimeClient
+from voicelane.core.lane.keys import GROUP, REQUESTS, cancel_key, output_key
+from voicelane.core.lane.messages import (
     EventKind,
     InputKind,
     InputPiece,
     Mode,
     OutputEvent,
-    RealtimeClient,
-    RealtimeWorkerClient,
     StreamRequest,
-    cancel_key,
     new_request_id,
     now_ms,
-    output_key,
 )
+from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.settings import RealtimeSettings
 from voicelane.workers.batching import Batcher
 from voicelane.workers.engines import Utterance
@@ -155,7 +152,8 @@ def test_converse_speaks_sentences_as_the_text_arrives(
         first: list[OutputEvent] = []
         after = "0"
         while not any(e.kind is EventKind.AUDIO for e in first):  # before the rest is sent
-            for entry_id, event in await client.read_output(req.request_id, after, 1000):
+            found, _ = await client.read_outputs({req.request_id: after}, 1000)
+            for entry_id, event in found.get(req.request_id, []):
                 after = entry_id
                 first.append(event)
         await client.send_input(req.request_id, InputPiece(InputKind.TEXT, "ond one"))
@@ -179,8 +177,10 @@ def test_unknown_voice_is_an_invalid_argument_event(
     req = request(voice="klingon")
     submit(redis_url, req)
     (error,) = events(redis_url, req.request_id)
-    assert error.kind is EventKind.ERROR and error.code == "INVALID_ARGUMENT"
-    assert "klingon" in error.text
+    assert error.kind is EventKind.ERROR and error.error is not None
+    assert error.error.status == "INVALID_ARGUMENT"
+    assert error.error.code == "unknown_voice" and error.error.field == "voice"  # whole
+    assert "klingon" in error.error.message
 
 
 def test_an_expired_request_never_reaches_a_batch(redis_url: str) -> None:
@@ -193,7 +193,7 @@ def test_an_expired_request_never_reaches_a_batch(redis_url: str) -> None:
         req = request(deadline_s=-1)
         submit(redis_url, req)
         (error,) = events(redis_url, req.request_id)
-        assert error.code == "DEADLINE_EXCEEDED"
+        assert error.error is not None and error.error.status == "DEADLINE_EXCEEDED"
         assert engine.batches == []
     finally:
         consumer.close()
@@ -233,17 +233,19 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
     submit(redis_url, req)
     ((entry_id, claimed),) = dead.claim_new(1, 1000)
     assert claimed.request_id == req.request_id
-    dead.take_ownership(req.request_id)
     # The dead worker had sent sentence 0's caption and two audio chunks, then died.
-    dead.append_output(
-        req.request_id, OutputEvent(EventKind.CAPTION, seq=0, text="Hello there.", sentence=0)
-    )
-    for seq in range(2):
-        packet = b"\xf8\xff\xfe"  # a valid 20 ms Opus packet (silence)
-        dead.append_output(
-            req.request_id,
-            OutputEvent(EventKind.AUDIO, seq=seq, data=(packet,), pts_ms=20 * seq, sentence=0),
-        )
+    packet = b"\xf8\xff\xfe"  # a valid 20 ms Opus packet (silence)
+    sent = [
+        OutputEvent(EventKind.CAPTION, seq=0, text="Hello there.", sentence=0),
+        *(
+            OutputEvent(EventKind.AUDIO, seq=seq, data=(packet,), pts_ms=20 * seq, sentence=0)
+            for seq in range(2)
+        ),
+    ]
+    began = dead.batch()
+    began.begin_session(req.request_id)
+    began.append_output(req.request_id, *sent)
+    assert began.execute_or_raise()[1] is True
     batcher = Batcher(EspeakEngine()).start()
     survivor = RealtimeConsumer(
         batcher, RealtimeWorkerClient.from_url(redis_url, "w2@test", SETTINGS), SETTINGS
@@ -257,7 +259,9 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
         assert got[-1].kind is EventKind.END
         assert audio[2].pts_ms == 40  # continues the timeline
         # The "dead" worker wakes up: it can no longer write.
-        assert not dead.append_output(req.request_id, OutputEvent(EventKind.AUDIO, seq=99))
+        late = dead.batch()
+        late.append_output(req.request_id, OutputEvent(EventKind.AUDIO, seq=99))
+        assert late.execute_or_raise() == [False]
         assert entry_id  # acknowledged by the survivor:
         wait_for(
             lambda: redis.Redis.from_url(redis_url).xpending(REQUESTS, GROUP)["pending"] == 0,
@@ -269,6 +273,14 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
         batcher.close()
 
 
+def finish(lane: RealtimeWorkerClient, entry_id: str, request_id: str) -> None:
+    """What a worker does when a request is done: ack it (in a round), then trim."""
+    batch = lane.batch()
+    batch.finish(entry_id, request_id)
+    batch.execute_or_raise()
+    lane.trim()
+
+
 def test_trimming_keeps_pending_requests(redis_url: str) -> None:
     lane = RealtimeWorkerClient.from_url(redis_url, "w@test", SETTINGS)
     lane.ensure_group()
@@ -276,14 +288,14 @@ def test_trimming_keeps_pending_requests(redis_url: str) -> None:
     for req in reqs:
         submit(redis_url, req)
     claimed = lane.claim_new(3, 1000)
-    lane.finish(claimed[0][0], claimed[0][1].request_id)
+    finish(lane, claimed[0][0], claimed[0][1].request_id)
     client = redis.Redis.from_url(redis_url)
     remaining = [e[0].decode() for e in client.xrange(REQUESTS)]  # type: ignore[union-attr]
     assert remaining == [claimed[1][0], claimed[2][0]]  # done one trimmed, pending kept
-    lane.finish(claimed[2][0], claimed[2][1].request_id)
+    finish(lane, claimed[2][0], claimed[2][1].request_id)
     remaining = [e[0].decode() for e in client.xrange(REQUESTS)]  # type: ignore[union-attr]
     assert remaining == [claimed[1][0], claimed[2][0]]  # never past the oldest pending
-    lane.finish(claimed[1][0], claimed[1][1].request_id)
+    finish(lane, claimed[1][0], claimed[1][1].request_id)
     assert client.xlen(REQUESTS) == 0
 
 

@@ -1,45 +1,59 @@
-"""A fake real-time worker for testing the fronts: the real lane protocol, synthetic audio.
+"""A fake real-time worker for testing the fronts: the worker's own lane I/O, synthetic audio.
 
-:class:`FakeRealtimeWorker` talks to Redis through
-:class:`voicelane.core.realtime_lane.RealtimeWorkerClient` exactly as a GPU worker does — reports
-capacity, claims requests from the consumer group, refreshes the session heartbeat and the
-pending entry, reads the input stream, honours cancel marks and deadlines, and writes
-``caption`` / ``audio`` / ``end`` / ``error`` events — but instead of an engine it speaks every
-sentence as a sine tone encoded with the real Opus encoder
-(:class:`voicelane.common.audio.OpusStreamEncoder`), ``frames_per_sentence`` frames of 20 ms each.
+:class:`FakeRealtimeWorker` talks to Redis through the very layer a GPU worker uses: it claims
+requests with :class:`voicelane.core.lane.worker.RealtimeWorkerClient` and makes every session
+call through :class:`voicelane.workers.realtime_io.LaneIO` — the batched rounds of
+:class:`~voicelane.core.lane.worker.WorkerBatch` calls (ownership, input, fenced appends, cancel
+marks, heartbeats, capacity reports, acks). A change of the worker's protocol is a change of
+this fake's, so the fronts' tests cannot pass against a protocol the worker no longer speaks.
+
+What it fakes is the synthesis: instead of a batcher and an engine, every sentence is a sine
+tone encoded with the real Opus encoder (:class:`voicelane.common.audio.OpusStreamEncoder`),
+``frames_per_sentence`` frames of 20 ms, written ``frames_per_event`` packets per audio entry
+after the sentence's caption. Sessions run as asyncio tasks on the fake's own loop, as the
+worker's do.
 
 Knobs (:class:`FakeWorkerKnobs`) make it slow, hold it at a gate, let it die mid-stream
-(stop heartbeating and writing, never acking), emit an error, or never claim anything.
-Everything it does is recorded for the tests, which poll those records with a deadline.
+(stop heartbeating and writing, never acking), fail with a typed error (which crosses the lane
+whole, as the worker's does), or never claim anything. Everything it does is recorded for the
+tests, which poll those records with a deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import enum
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from voicelane.common.audio import OpusStreamEncoder, PcmF32
-from voicelane.core.realtime_lane import (
+from voicelane.common.errors import DeadlineExceededError, EngineError, VoicelaneError
+from voicelane.core.lane.messages import (
     EventKind,
     InputKind,
+    InputPiece,
     OutputEvent,
-    RealtimeWorkerClient,
     StreamRequest,
     now_ms,
 )
+from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.settings import RealtimeSettings
+from voicelane.workers.realtime_io import LaneIO
 
 log = logging.getLogger(__name__)
 
 _SENTENCE_END = re.compile(r"[.!?。！？]+(\s+|$)")
 _GATE_POLL_S = 0.02
 _GATE_TIMEOUT_S = 20.0
+_CLAIM_BLOCK_MS = 50
+_IDLE_POLL_S = 0.02
 _TONE_HZ = 220.0
 
 
@@ -58,17 +72,21 @@ class FakeWorkerKnobs:
     die_after_events: int | None = None
     """After this many audio events, stop heartbeating and writing (a crashed worker)."""
     error_after_events: int | None = None
-    error_code: str = "INTERNAL"
-    error_message: str = "the engine failed"
+    error: VoicelaneError = field(default_factory=lambda: EngineError("the engine failed"))
+    """What the worker fails with after ``error_after_events`` (sent as the worker sends it)."""
     trailing_caption: str | None = None
     """Caption (without audio) written just before ``end``."""
 
 
-@dataclass
+class _Stop(enum.Enum):
+    CLIENT = "the client cancelled"
+    SHUTDOWN = "the fake worker is stopping"
+
+
+@dataclass(eq=False)
 class _Session:
     entry_id: str
     request: StreamRequest
-    alive: bool = True
     audio_events: int = 0
     next_seq: int = 0
     pts_ms: int = 0
@@ -76,6 +94,9 @@ class _Session:
     text_offset: int = 0
     encoder: OpusStreamEncoder | None = None
     sentence: int = 0
+    task: asyncio.Task[None] | None = None
+    running: bool = False
+    stopped: _Stop | None = None
 
 
 @dataclass
@@ -89,10 +110,6 @@ class WorkerRecord:
 
 
 class _DiedError(Exception):
-    pass
-
-
-class _CancelledError(Exception):
     pass
 
 
@@ -117,24 +134,45 @@ class FakeRealtimeWorker:
         self.record = WorkerRecord()
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
+        """The sessions being served (heartbeats, cancel polls), by request id."""
         self._stop = threading.Event()
         self._gate = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self.loop = asyncio.new_event_loop()
+        self.io = LaneIO(
+            self.lane,
+            timings,
+            self.loop,
+            sessions=self._serving,
+            free_slots=self._free_slots,
+            on_cancelled=self._cancelled,
+        )
+        self._loop_thread = threading.Thread(
+            target=self._run_loop, name="fake-rt-loop", daemon=True
+        )
+        self._claim_thread = threading.Thread(
+            target=self._claim_loop, name="fake-rt-claims", daemon=True
+        )
 
     # ---- control -------------------------------------------------------------------------
 
     def start(self) -> FakeRealtimeWorker:
         self.lane.ensure_group()
         self.lane.report_capacity(self.knobs.slots)
-        for target in (self._claim_loop, self._heartbeat_loop):
-            self._spawn(target)
+        self._loop_thread.start()
+        self.io.start()
+        self._claim_thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop as a worker stops: sessions left unacknowledged, the capacity withdrawn."""
         self._stop.set()
         self._gate.set()
-        for thread in list(self._threads):
-            thread.join(10)
+        self._claim_thread.join(10)
+        with contextlib.suppress(RuntimeError):
+            asyncio.run_coroutine_threadsafe(self._stop_sessions(), self.loop).result(10)
+        self.io.stop()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._loop_thread.join(10)
         self.lane.withdraw()
         self.lane.redis.close()
 
@@ -159,61 +197,93 @@ class FakeRealtimeWorker:
                 inputs={k: list(v) for k, v in self.record.inputs.items()},
             )
 
-    def _spawn(self, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        self._threads.append(thread)
-        thread.start()
+    # ---- what LaneIO asks (its thread) -----------------------------------------------------
 
-    # ---- the loops -----------------------------------------------------------------------
+    def _serving(self) -> tuple[tuple[str, str], ...]:
+        with self._lock:
+            return tuple((s.entry_id, rid) for rid, s in self._sessions.items())
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            return max(0, self.knobs.slots - len(self._sessions))
+
+    def _cancelled(self, request_ids: set[str]) -> None:
+        with self._lock:
+            sessions = [s for rid, s in self._sessions.items() if rid in request_ids]
+        for session in sessions:
+            with contextlib.suppress(RuntimeError):  # the loop closed
+                self.loop.call_soon_threadsafe(self._stop_session, session, _Stop.CLIENT)
+
+    # ---- threads ---------------------------------------------------------------------------
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
 
     def _claim_loop(self) -> None:
-        interval_s = self.timings.worker_ttl_s / 4
-        last_report = 0.0
         while not self._stop.is_set():
-            with self._lock:
-                busy = sum(1 for s in self._sessions.values() if s.alive)
-            free = max(0, self.knobs.slots - busy)
-            if time.monotonic() - last_report >= interval_s:
-                self.lane.report_capacity(free)
-                last_report = time.monotonic()
+            free = self._free_slots()
             if not self.knobs.claim or free == 0:
-                self._stop.wait(0.02)
+                self._stop.wait(_IDLE_POLL_S)
                 continue
-            for entry_id, request in self.lane.claim_new(free, block_ms=50):
+            for entry_id, request in self.lane.claim_new(free, block_ms=_CLAIM_BLOCK_MS):
                 session = _Session(entry_id, request)
                 with self._lock:
                     self._sessions[request.request_id] = session
                     self.record.claimed.append(request)
-                self.lane.session_heartbeat(request.request_id)
-                self._spawn(self._serve, session)
+                self.loop.call_soon_threadsafe(self._spawn, session)
+                self.io.poke()
 
-    def _heartbeat_loop(self) -> None:
-        interval_s = self.timings.heartbeat_ttl_s / 4
-        while not self._stop.wait(interval_s):
-            with self._lock:
-                alive = [s for s in self._sessions.values() if s.alive]
-            for session in alive:
-                self.lane.session_heartbeat(session.request.request_id)
-            self.lane.refresh([s.entry_id for s in alive])
+    # ---- sessions (the loop) ---------------------------------------------------------------
 
-    # ---- one session ---------------------------------------------------------------------
+    def _spawn(self, session: _Session) -> None:
+        session.task = self.loop.create_task(self._serve(session))
 
-    def _serve(self, session: _Session) -> None:
+    def _stop_session(self, session: _Session, reason: _Stop) -> None:
+        if session.stopped is not None:
+            return
+        session.stopped = reason
+        if session.task is not None and session.running:
+            session.task.cancel()
+        # Not running yet: _serve sees ``stopped`` first thing.
+
+    async def _stop_sessions(self) -> None:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            self._stop_session(session, _Stop.SHUTDOWN)
+        tasks = [s.task for s in sessions if s.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _leave(self, session: _Session, into: list[str] | None = None) -> None:
+        """The session is no longer served (no more heartbeats, its slot free again)."""
+        with self._lock:
+            self._sessions.pop(session.request.request_id, None)
+            if into is not None:
+                into.append(session.request.request_id)
+        self.io.poke()
+
+    async def _serve(self, session: _Session) -> None:
         request = session.request
         rid = request.request_id
+        session.running = True
         session.encoder = OpusStreamEncoder(request.sample_rate_hz)
-        self.lane.take_ownership(rid)
         try:
+            if session.stopped is not None:
+                raise asyncio.CancelledError
+            pieces = await self.io.begin_session(rid)
             if request.expired:
-                self._write(session, _error("DEADLINE_EXCEEDED", "the deadline passed"))
+                expired = DeadlineExceededError("the deadline passed")
+                await self._write(session, OutputEvent.failure(expired))
             else:
-                self._converse_or_speak(session)
+                await self._converse_or_speak(session, pieces)
         except _DiedError:
-            with self._lock:
-                session.alive = False
-                self.record.died.append(rid)
+            self._leave(session, self.record.died)
             return  # no ack, no more heartbeats: a crash
-        except _CancelledError:
+        except asyncio.CancelledError:
+            if session.stopped is not _Stop.CLIENT:
+                self._leave(session, self.record.died)
+                return  # stopping: left pending, as a worker that stops leaves it
             with self._lock:
                 self.record.cancelled.append(rid)
         except _FailedError:
@@ -221,39 +291,44 @@ class FakeRealtimeWorker:
                 self.record.failed.append(rid)
         except Exception:
             log.exception("fake worker failed on %s", rid)
-        with self._lock:
-            session.alive = False
-        self.lane.finish(session.entry_id, rid)
+        self._leave(session)
+        try:
+            await self.io.finish(session.entry_id, rid)
+        except Exception:
+            log.exception("fake worker could not acknowledge %s", rid)
+            return
         with self._lock:
             self.record.finished.append(rid)
 
-    def _converse_or_speak(self, session: _Session) -> None:
+    async def _converse_or_speak(
+        self, session: _Session, pieces: Sequence[tuple[str, InputPiece]]
+    ) -> None:
         rid = session.request.request_id
         after_id = "0-0"
         pending = ""
-        while not self._stop.is_set():
-            self._check(session)
-            for entry_id, piece in self.lane.read_input(rid, after_id, block_ms=50):
+        while True:
+            for entry_id, piece in pieces:
                 after_id = entry_id
                 with self._lock:
                     self.record.inputs.setdefault(rid, []).append((piece.kind.value, piece.text))
                 if piece.kind is InputKind.TEXT:
                     pending += piece.text
-                    pending = self._speak_complete(session, pending)
+                    pending = await self._speak_complete(session, pending)
                 elif piece.kind is InputKind.FLUSH:
-                    pending = self._speak(session, pending)
+                    pending = await self._speak(session, pending)
                 if piece.kind is InputKind.END:
-                    self._speak(session, pending)
-                    self._end(session)
+                    await self._speak(session, pending)
+                    await self._end(session)
                     return
+            pieces = await self.io.read_input(rid, after_id)
 
-    def _speak_complete(self, session: _Session, pending: str) -> str:
+    async def _speak_complete(self, session: _Session, pending: str) -> str:
         """Speak every finished sentence of ``pending``; return the unfinished rest."""
         while (match := _SENTENCE_END.search(pending)) is not None:
-            pending = self._speak(session, pending[: match.end()]) + pending[match.end() :]
+            pending = await self._speak(session, pending[: match.end()]) + pending[match.end() :]
         return pending
 
-    def _speak(self, session: _Session, text: str) -> str:
+    async def _speak(self, session: _Session, text: str) -> str:
         """One sentence: its caption, then its audio. Returns ""."""
         spoken = text.strip()
         start = session.text_offset + len(text) - len(text.lstrip())
@@ -261,7 +336,7 @@ class FakeRealtimeWorker:
         if not spoken:
             return ""
         assert session.encoder is not None
-        self._write(
+        await self._write(
             session,
             OutputEvent(
                 EventKind.CAPTION,
@@ -277,14 +352,13 @@ class FakeRealtimeWorker:
         packets += session.encoder.flush()
         step = self.knobs.frames_per_event
         for first in range(0, len(packets), step):
-            self._audio(session, packets[first : first + step])
+            await self._audio(session, packets[first : first + step])
         session.sentence += 1
         return ""
 
-    def _audio(self, session: _Session, packets: list[bytes]) -> None:
+    async def _audio(self, session: _Session, packets: list[bytes]) -> None:
         knobs = self.knobs
-        self._check(session)
-        self._write(
+        await self._write(
             session,
             OutputEvent(
                 EventKind.AUDIO,
@@ -301,25 +375,25 @@ class FakeRealtimeWorker:
         session.pts_ms += 20 * len(packets)
         session.audio_events += 1
         if knobs.event_delay_s:
-            self._stop.wait(knobs.event_delay_s)
+            await asyncio.sleep(knobs.event_delay_s)
         count = session.audio_events
         if knobs.error_after_events is not None and count >= knobs.error_after_events:
-            self._write(session, _error(knobs.error_code, knobs.error_message))
+            await self._write(session, OutputEvent.failure(knobs.error))
             raise _FailedError
         if knobs.die_after_events is not None and count >= knobs.die_after_events:
             raise _DiedError
         if knobs.hold_after_events is not None and count >= knobs.hold_after_events:
-            self._hold(session)
+            await self._hold()
 
-    def _hold(self, session: _Session) -> None:
+    async def _hold(self) -> None:
+        """Wait at the gate (a cancel or a stop ends the wait: the task is cancelled)."""
         deadline = time.monotonic() + _GATE_TIMEOUT_S
-        while not self._gate.wait(_GATE_POLL_S) and time.monotonic() < deadline:
-            self._check(session)
+        while not self._gate.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(_GATE_POLL_S)
 
-    def _end(self, session: _Session) -> None:
-        assert session.encoder is not None
+    async def _end(self, session: _Session) -> None:
         if self.knobs.trailing_caption is not None:
-            self._write(
+            await self._write(
                 session,
                 OutputEvent(
                     EventKind.CAPTION,
@@ -331,7 +405,7 @@ class FakeRealtimeWorker:
                     end=session.text_offset,
                 ),
             )
-        self._write(
+        await self._write(
             session,
             OutputEvent(
                 EventKind.END,
@@ -341,19 +415,9 @@ class FakeRealtimeWorker:
             ),
         )
 
-    def _check(self, session: _Session) -> None:
-        if self.lane.cancelled(session.request.request_id):
-            raise _CancelledError
-        if self._stop.is_set():
-            raise _DiedError
-
-    def _write(self, session: _Session, event: OutputEvent) -> None:
-        if not self.lane.append_output(session.request.request_id, event):
+    async def _write(self, session: _Session, event: OutputEvent) -> None:
+        if not await self.io.append(session.request.request_id, [event]):
             raise _DiedError  # another worker owns the request now
-
-
-def _error(code: str, message: str) -> OutputEvent:
-    return OutputEvent(EventKind.ERROR, code=code, text=message)
 
 
 def _tone(sample_rate_hz: int, knobs: FakeWorkerKnobs) -> PcmF32:

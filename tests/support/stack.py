@@ -201,7 +201,7 @@ class Stack:
         """Until ``count`` workers report real-time capacity (their consumers run)."""
         import redis
 
-        from voicelane.core.realtime_lane import reporting_workers
+        from voicelane.core.lane.worker import reporting_workers
 
         client = redis.Redis.from_url(self.redis_url)
         try:

@@ -456,7 +456,7 @@ def error_from_wire(wire: WireError) -> VoicelaneError:
 
 
 def error_for_status(status: str, message: str) -> VoicelaneError:
-    """The error a gRPC status name stands for (a worker reports errors by status name);
+    """The error a gRPC status name stands for (an answer known only by its status);
     INTERNAL, or any status without a class of its own, is a plain :class:`VoicelaneError`."""
     cls = _BY_STATUS.get(status, VoicelaneError)
     return cls(message or status.lower().replace("_", " "))
