@@ -36,7 +36,7 @@ from voicelane.core.redis_server import free_port
 from voicelane.core.rules import EngineCapabilities, VoiceInfo
 from voicelane.core.settings import ApiSettings, GrpcSettings, RealtimeSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
-from voicelane.workers.batcher import Batcher
+from voicelane.workers.batching import Batcher
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.realtime import RealtimeConsumer
 
