@@ -22,11 +22,20 @@ FINAL = ("done", "failed", "cancelled")
 
 
 class JobsClient:
-    def __init__(self, server: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        server: str,
+        api_key: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """``transport``: httpx's (a proxy's, a test's); None for a plain connection."""
         self.http = httpx.Client(
             base_url=server.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=timeout_s,
+            transport=transport,
         )
 
     def close(self) -> None:
