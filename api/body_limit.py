@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from voicelane.api.failures import http_reply
 from voicelane.common.errors import TextTooLargeError
 
 KIB = 1024
@@ -79,12 +80,12 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _refuse(send: Send, message: str) -> None:
-    error = TextTooLargeError(message)
-    body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
+    reply = http_reply(TextTooLargeError(message))
+    body = json.dumps(reply.body).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": error.http_status,
+            "status": reply.status_code,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

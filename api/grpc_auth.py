@@ -22,6 +22,8 @@ import grpc
 import grpc.aio
 
 from voicelane.api.auth import ApiKeys
+from voicelane.api.failures import grpc_reply
+from voicelane.api.grpc_errors import abort
 from voicelane.common.errors import AuthError
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             tenant = self._keys.tenant_for_header(header)
         except AuthError as error:
             log.info("refused %s: %s", method, error.message)
-            return _replace_behavior(handler, _refusal(error.message))
+            return _replace_behavior(handler, _refusal(error))
         return _replace_behavior(handler, _with_tenant(_behavior(handler), tenant))
 
 
@@ -81,11 +83,13 @@ def _behavior(handler: Handler) -> Callable[..., Any]:
     return behavior
 
 
-def _refusal(message: str) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]:
-    """A behavior of any kind that ends the call with UNAUTHENTICATED."""
+def _refusal(
+    error: AuthError,
+) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]:
+    """A behavior of any kind that ends the call with ``error`` (UNAUTHENTICATED)."""
 
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await abort(context, grpc_reply(error))
 
     return refuse
 

@@ -4,8 +4,9 @@ Each RPC turns its messages into a :class:`~voicelane.api.streams.StreamAsk`, le
 (:mod:`voicelane.api.streams`) validate, admit, submit and relay, and turns each
 :class:`~voicelane.api.streams.StreamChunk` into an ``AudioChunk``. The caller's tenant comes from
 the API-key interceptor (:mod:`voicelane.api.grpc_auth`); the call's deadline becomes the stream's.
-Errors end the call with the status :mod:`voicelane.common.errors` maps them to; a stream that does
-not reach its end is closed (cancelled) before the client hears the status.
+Errors end the call as :func:`voicelane.api.failures.grpc_reply` says (the status, its details and
+the ``error-code`` / ``error-field`` / ``retry-after-ms`` trailers); a stream that does not reach
+its end is closed (cancelled) before the client hears the status.
 ``docs/grpc.md`` is the contract in prose; :mod:`voicelane.api.grpc_front` runs the server.
 """
 
@@ -18,8 +19,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Never, TypeAlias
 
-import grpc
-import grpc.aio
 from google.protobuf import json_format
 
 from voicelane.api.chat import (
@@ -31,17 +30,12 @@ from voicelane.api.chat import (
     ChatText,
     chat,
 )
-from voicelane.api.failures import service_error
+from voicelane.api.failures import grpc_reply
 from voicelane.api.grpc_auth import current_tenant
+from voicelane.api.grpc_errors import Context, abort, status_code
 from voicelane.api.llm import ChatTurn, LlmBridge
 from voicelane.api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
-from voicelane.common.errors import (
-    DeadlineExceededError,
-    InvalidInputError,
-    UnavailableError,
-    VoicelaneError,
-    grpc_status_name,
-)
+from voicelane.common.errors import DeadlineExceededError, InvalidInputError, UnavailableError
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core import metrics
@@ -50,19 +44,24 @@ from voicelane.core.lane.messages import now_ms
 log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Speech"].full_name
-RETRY_AFTER_MS = "retry-after-ms"
-"""Trailing metadata of a refusal that may pass later (RESOURCE_EXHAUSTED, UNAVAILABLE): when
-to try again, in ms."""
 
-Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"  # generic only in the stubs
+SpeechAsking: TypeAlias = pb.SynthesizeRequest | pb.ConverseStart | pb.ChatRequest
+"""The messages that carry a stream's speech options."""
 
 
-def status_code(error: BaseException) -> grpc.StatusCode:
-    """The gRPC status of ``error``: ``voicelane.common.errors`` decides (a failing Redis through
-    :func:`voicelane.api.failures.service_error`), anything else INTERNAL."""
-    error = service_error(error) or error
-    code = grpc.StatusCode.__members__.get(grpc_status_name(error), grpc.StatusCode.INTERNAL)
-    return grpc.StatusCode.INTERNAL if code is grpc.StatusCode.OK else code
+def stream_ask(
+    message: SpeechAsking, *, request_id: str | None = None, paced: bool = True
+) -> StreamAsk:
+    """The speech options a message carries (proto3's zero, an unset field, means the
+    default); ``request_id`` and ``paced`` only a SynthesizeRequest has."""
+    return StreamAsk(
+        voice=message.voice or None,
+        speed=message.speed or None,
+        sample_rate_hz=message.sample_rate_hz or None,
+        client_ts_ms=message.client_ts_ms,
+        request_id=request_id,
+        paced=paced,
+    )
 
 
 def audio_chunk(chunk: StreamChunk) -> pb.AudioChunk:
@@ -137,12 +136,7 @@ class SpeechService(pb_grpc.SpeechServicer):
             start = await _first_start(request_iterator, deadline_ms)
             conversation = await self.gateway.converse(
                 current_tenant(),
-                StreamAsk(
-                    voice=start.voice or None,
-                    speed=start.speed or None,
-                    sample_rate_hz=start.sample_rate_hz or None,
-                    client_ts_ms=start.client_ts_ms,
-                ),
+                stream_ask(start),
                 time_remaining_s=context.time_remaining(),
                 client_gone=client_gone(context),
             )
@@ -190,12 +184,7 @@ class SpeechService(pb_grpc.SpeechServicer):
                 messages=[ChatTurn(m.role, m.content) for m in request.messages],
                 model=request.model or None,
                 system=request.system or None,
-                speech=StreamAsk(
-                    voice=request.voice or None,
-                    speed=request.speed or None,
-                    sample_rate_hz=request.sample_rate_hz or None,
-                    client_ts_ms=request.client_ts_ms,
-                ),
+                speech=stream_ask(request),
             )
             events = chat(
                 self.gateway,
@@ -242,11 +231,8 @@ class SpeechService(pb_grpc.SpeechServicer):
                 time_remaining_s=context.time_remaining(),
                 client_gone=client_gone(context),
             )
-        ask = StreamAsk(
-            voice=request.voice or None,
-            speed=request.speed or None,
-            sample_rate_hz=request.sample_rate_hz or None,
-            client_ts_ms=request.client_ts_ms,
+        ask = stream_ask(
+            request,
             request_id=request.request_id or None,
             paced=request.pace if request.HasField("pace") else True,
         )
@@ -267,21 +253,12 @@ async def _close(stream: Stream | None) -> None:
 async def _abort(
     context: Context, request_id: str | None, error: Exception, *, method: str
 ) -> Never:
-    error = service_error(error) or error
-    code = status_code(error)
-    metrics.GRPC_STREAM_ERRORS.labels(method=method, code=code.name).inc()
     rid = request_id or "-"
-    if isinstance(error, VoicelaneError):
-        message = error.message
-        log.info("stream %s ended: %s: %s", rid, code.name, message)
-    else:
-        message = "internal error"
-        log.exception("stream %s failed", rid)
-    retry_after_s = error.retry_after_s if isinstance(error, VoicelaneError) else None
-    trailing = (
-        () if retry_after_s is None else ((RETRY_AFTER_MS, str(round(retry_after_s * 1000))),)
-    )
-    await context.abort(code, message, trailing_metadata=trailing)
+    reply = grpc_reply(error, where=f"{method} stream {rid}")
+    code = status_code(reply)
+    metrics.GRPC_STREAM_ERRORS.labels(method=method, code=code.name).inc()
+    log.info("stream %s ended: %s: %s: %s", rid, code.name, reply.error.code, reply.details)
+    await abort(context, reply)
 
 
 def _log_end(kind: str, stream: Stream) -> None:

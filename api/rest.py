@@ -4,17 +4,15 @@
 ``speech``, ``ops``), each an ``APIRouter`` whose routes take the app's state and the
 caller's tenant as dependencies (:mod:`voicelane.api.deps`). Every error is a JSON body
 ``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one line of message and the
-status the error class maps to (``core/errors.py``).
+status the error class maps to: :func:`voicelane.api.failures.http_reply`, the same mapping as
+every front's.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis
 from anyio import CapacityLimiter
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,13 +23,14 @@ from voicelane.api.auth import ApiKeys
 from voicelane.api.body_limit import BodyLimit, route_limits
 from voicelane.api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
 from voicelane.api.engines import EngineRegistry
-from voicelane.api.failures import service_error
+from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge, LlmSettings
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.routes import callbacks, chat, jobs, ops, speech
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
-from voicelane.common.errors import InvalidInputError, VoicelaneError, http_status
+from voicelane.common.error_wire import http_body
+from voicelane.common.errors import WireError, status_for_http
 from voicelane.core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
 from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.ledger import Ledger
@@ -39,24 +38,14 @@ from voicelane.core.quotas import RequestRate
 from voicelane.core.settings import ApiSettings
 from voicelane.core.storage import Storage, open_storage
 
-log = logging.getLogger(__name__)
-
 LEDGER_TIMEOUT_S = 3.0
 """A REST request waits at most this for one Redis reply, then answers 503."""
 
 
-def error_response(error: VoicelaneError | Exception, status: int | None = None) -> JSONResponse:
-    code = error.code if isinstance(error, VoicelaneError) else "internal"
-    message = " ".join(str(error).split()) or code
-    body: dict[str, str] = {"code": code, "message": message}
-    if isinstance(error, VoicelaneError) and error.field:
-        body["field"] = error.field
-    headers: dict[str, str] = {}
-    if code == "unauthenticated":
-        headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(error, VoicelaneError) and error.retry_after_s is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
-    return JSONResponse({"error": body}, status_code=status or http_status(error), headers=headers)
+def error_response(error: BaseException, request: Request) -> JSONResponse:
+    """Any exception of a route, as the response its client gets."""
+    reply = http_reply(error, where=f"{request.method} {request.url.path}")
+    return JSONResponse(reply.body, status_code=reply.status_code, headers=reply.headers)
 
 
 def create_app(
@@ -124,35 +113,23 @@ def create_app(
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(VoicelaneError)
-    async def on_voicelane_error(_: Request, error: VoicelaneError) -> JSONResponse:
-        return error_response(error)
+    """Every failure of a route → :func:`error_response`. The known failures get a handler of
+    their own (an ``Exception`` handler runs outside the app, and Starlette re-raises after
+    it, so that the server logs the bug too)."""
+
+    async def on_error(request: Request, error: Exception) -> JSONResponse:
+        return error_response(error, request)
+
+    for known in (*KNOWN_FAILURES, Exception):
+        app.add_exception_handler(known, on_error)
 
     @app.exception_handler(RequestValidationError)
-    async def on_validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
-        errors = list(error.errors())
-        location = [str(p) for p in errors[0].get("loc", ()) if p != "body"] if errors else []
-        field = location[-1] if location else None
-        return error_response(InvalidInputError(jobs.validation_message(errors), field=field))
+    async def on_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        return error_response(invalid_input(error.errors(), located=True), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        wrapped = VoicelaneError(str(error.detail))
-        return JSONResponse(
-            {"error": {"code": "http_error", "message": wrapped.message}},
-            status_code=error.status_code,
-        )
-
-    @app.exception_handler(redis.RedisError)
-    async def on_redis_error(_: Request, error: redis.RedisError) -> JSONResponse:
-        known = service_error(error)
-        if known is None:
-            log.exception("Redis error")
-            return error_response(VoicelaneError("internal error"), 500)
-        log.warning("%s: %s", known.code, " ".join(str(error).split())[:200])
-        return error_response(known)
-
-    @app.exception_handler(Exception)
-    async def on_unexpected(_: Request, error: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return error_response(VoicelaneError("internal error"), 500)
+        """Starlette's own refusals (no such route, method not allowed)."""
+        message = " ".join(str(error.detail).split())
+        wire = WireError("http_error", message, status_for_http(error.status_code))
+        return JSONResponse(http_body(wire), status_code=error.status_code)

@@ -20,7 +20,8 @@
   (``message.content`` / ``delta.content``).
 
 Errors are JSON bodies like every route's (an LLM that does not know the model: 404, Ollama
-unreachable: 503); an error after streaming began ends the stream with an ``error`` event.
+unreachable: 503); an error after streaming began ends the stream with an ``error`` event
+(:func:`voicelane.api.failures.sse_error`: the same body, plus OpenAI's ``type``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -40,17 +40,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, chat
 from voicelane.api.deps import State, Tenant
+from voicelane.api.failures import sse_error
 from voicelane.api.llm import ChatTurn, LlmReply, LlmStats
 from voicelane.api.routes.speech import OPENAI_VOICES, openai_body
 from voicelane.api.streams import StreamAsk
 from voicelane.common.audio.stream import StreamEncoding
-from voicelane.common.errors import (
-    InvalidInputError,
-    VoicelaneError,
-    grpc_status_name,
-)
-
-log = logging.getLogger(__name__)
+from voicelane.common.errors import InvalidInputError
 
 router = APIRouter(tags=["chat"])
 
@@ -114,7 +109,7 @@ def _llm_model(name: str | None) -> str | None:
 
 @router.post("/v1/chat/completions", summary="OpenAI-compatible chat, with the reply spoken")
 async def chat_completions(request: Request, state: State, tenant: Tenant) -> Any:
-    body = await openai_body(request, ChatCompletionRequest, "chat")
+    body = await openai_body(request, ChatCompletionRequest)
     turns = [ChatTurn(m.role, m.text()) for m in body.messages]
     model = _llm_model(body.model)
     completion = _Completion(body.model or state.llm.settings.model)
@@ -156,20 +151,16 @@ def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
     async def lines() -> AsyncIterator[bytes]:
         try:
             async for event in events:
-                yield b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
+                yield _sse_event(event)
             yield b"data: [DONE]\n\n"
-        except VoicelaneError as error:
-            yield _sse_error(error)
-        except Exception:
-            log.exception("chat completion stream failed")
-            yield _sse_error(VoicelaneError("internal error"))
+        except Exception as error:
+            yield _sse_event(sse_error(error, where="chat completion stream"))
 
     return StreamingResponse(lines(), media_type="text/event-stream")
 
 
-def _sse_error(error: VoicelaneError) -> bytes:
-    body = {"error": {"message": error.message, "type": grpc_status_name(error)}}
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+def _sse_event(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
 
 class _Completion:

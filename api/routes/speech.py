@@ -20,9 +20,11 @@ the client leaves early.
     answers ``start``, then ``{"type": "text", "delta"}`` as the LLM writes (markup included),
     audio messages as above (captions of the spoken text), ``{"type": "stats", ...}`` (the
     LLM's token counts and timings, time to first token and to first audio) and ``end``.
-    Errors: ``{"type": "error", "code", "message", "field"?}`` (gRPC
-    status names) and a close (1008 for bad input or auth, 1013 when over capacity, 1011
-    otherwise). Closing the socket early cancels the stream.
+    Errors: ``{"type": "error", "code", "error_code", "message", "field"?, "retry_after_s"?}``
+    (``code`` the gRPC status name, ``error_code`` the error's own, as REST's) and a close
+    (1008 for bad input or auth, 1013 when over capacity, 1011 otherwise):
+    :func:`voicelane.api.failures.websocket_reply`. Closing the socket early cancels the
+    stream.
 
 ``POST /v1/audio/speech`` (OpenAI-compatible)
     JSON ``{"input", "voice", "response_format"?: opus|mp3|wav|flac|pcm, "speed"?,
@@ -45,11 +47,11 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatText, chat
 from voicelane.api.deps import State, Tenant
-from voicelane.api.failures import service_error
+from voicelane.api.failures import websocket_reply
 from voicelane.api.llm import ChatTurn
 from voicelane.api.streams import Stream, StreamAsk, StreamChunk
 from voicelane.common.audio.stream import StreamEncoding
@@ -59,8 +61,6 @@ from voicelane.common.errors import (
     MalformedRequestError,
     NoCapacityError,
     TextTooLargeError,
-    VoicelaneError,
-    grpc_status_name,
 )
 
 log = logging.getLogger(__name__)
@@ -80,35 +80,16 @@ OPENAI_FORMATS = {
 }
 MAX_SPEECH_BODY_BYTES = 1024 * 1024
 """OpenAI caps ``input`` at 4,096 characters; a body over 1 MiB is never a speech request."""
-_WS_CLOSE = {
-    "INVALID_ARGUMENT": 1008,
-    "UNAUTHENTICATED": 1008,
-    "DEADLINE_EXCEEDED": 1008,
-    "RESOURCE_EXHAUSTED": 1013,
-}
 
 
-async def openai_body(request: Request, model: type[Body], what: str) -> Body:
-    """An OpenAI route's JSON body: over ``MAX_SPEECH_BODY_BYTES`` 413, not JSON 400, not the
-    model's shape 422 naming the first field at fault."""
+async def openai_body(request: Request, model: type[Body]) -> Body:
+    """An OpenAI route's JSON body: over ``MAX_SPEECH_BODY_BYTES`` 413; not JSON 400, not the
+    model's shape 422 naming the field at fault (pydantic's error, which the app answers as
+    every front does: :func:`voicelane.api.failures.invalid_input`)."""
     raw = await request.body()  # bounded while it streams in (voicelane.api.body_limit)
     if len(raw) > MAX_SPEECH_BODY_BYTES:
         raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as error:
-        if any(e.get("type") == "json_invalid" for e in error.errors()):
-            raise MalformedRequestError("malformed JSON") from None
-        message, field = first_error(error)
-        raise InvalidInputError(f"bad {what} request: {message}", field=field) from None
-
-
-def first_error(error: ValidationError) -> tuple[str, str | None]:
-    """One line about the first validation error, and the field it is about."""
-    first = error.errors()[0]
-    location = [str(p) for p in first.get("loc", ())]
-    where = ".".join(location)
-    return f"{where}: {first.get('msg', 'invalid')}", (location[0] if location else None)
+    return model.model_validate_json(raw)
 
 
 # ---- WebSocket -----------------------------------------------------------------------------
@@ -200,19 +181,8 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
         await socket.close(1000)
     except WebSocketDisconnect:
         log.info("websocket client left stream %s", stream.request_id if stream else "-")
-    except ValidationError as error:
-        if any(e.get("type") == "json_invalid" for e in error.errors()):
-            await _ws_fail(socket, MalformedRequestError("the request is not valid JSON"))
-        else:
-            message, field = first_error(error)
-            await _ws_fail(socket, InvalidInputError(f"bad stream request: {message}", field=field))
-    except VoicelaneError as error:
-        await _ws_fail(socket, error)
     except Exception as error:
-        known = service_error(error)
-        if known is None:
-            log.exception("websocket stream failed")
-        await _ws_fail(socket, known or VoicelaneError("internal error"))
+        await _ws_fail(socket, error, stream.request_id if stream else "-")
     finally:
         if stream is not None:
             await stream.close()
@@ -283,16 +253,13 @@ async def _send_chunk(socket: WebSocket, chunk: StreamChunk) -> None:
         await socket.send_bytes(packet)
 
 
-async def _ws_fail(socket: WebSocket, error: VoicelaneError) -> None:
-    code = grpc_status_name(error)
-    body: dict[str, Any] = {"type": "error", "code": code, "message": error.message or code}
-    if error.field:
-        body["field"] = error.field
-    if error.retry_after_s is not None:
-        body["retry_after_s"] = error.retry_after_s
+async def _ws_fail(socket: WebSocket, error: Exception, request_id: str = "-") -> None:
+    """The error message and the close (:func:`voicelane.api.failures.websocket_reply`); a
+    socket that is already gone gets neither."""
+    reply = websocket_reply(error, where=f"websocket stream {request_id}")
     with contextlib.suppress(Exception):
-        await socket.send_json(body)
-        await socket.close(_WS_CLOSE.get(code, 1011))
+        await socket.send_json(reply.message)
+        await socket.close(reply.close_code)
 
 
 # ---- OpenAI --------------------------------------------------------------------------------
@@ -324,7 +291,7 @@ class SpeechRequest(BaseModel):
     response_class=StreamingResponse,
 )
 async def openai_speech(request: Request, state: State, tenant: Tenant) -> StreamingResponse:
-    body = await openai_body(request, SpeechRequest, "speech")
+    body = await openai_body(request, SpeechRequest)
     encoding = OPENAI_FORMATS.get(body.response_format.lower())
     if encoding is None:
         raise InvalidInputError(

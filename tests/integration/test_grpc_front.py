@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from tests.support.fake_rt_worker import FakeRealtimeWorker, FakeWorkerKnobs
 from voicelane.api.grpc_front import Front, serve, start_front, stop_front
 from voicelane.common.audio import OpusStreamDecoder
+from voicelane.common.error_wire import CODE_KEY, RETRY_AFTER_MS_KEY
 from voicelane.common.errors import EngineOutOfMemoryError, JobStateError
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
@@ -324,6 +325,7 @@ async def test_missing_or_wrong_key_is_unauthenticated(
 
     assert [e.code() for e in errors] == [grpc.StatusCode.UNAUTHENTICATED] * 3
     assert all(e.details() for e in errors)
+    assert all(dict(e.trailing_metadata() or ()).get(CODE_KEY) == "unauthenticated" for e in errors)
     assert harness.keys() == keys_before
 
 
@@ -846,7 +848,8 @@ async def test_a_tenant_holds_at_most_its_streams_and_gets_a_retry_hint(redis_ur
         await lane.close()
     assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "2 open streams" in (refused.details() or "")
-    assert int(trailing["retry-after-ms"]) > 0
+    assert int(trailing[RETRY_AFTER_MS_KEY]) > 0
+    assert trailing[CODE_KEY] == "quota_exceeded"
     assert isinstance(first_of_other, pb.AudioChunk)  # another tenant is not held up
     assert isinstance(after_close, pb.AudioChunk)  # a closed stream gave its slot back
 

@@ -4,7 +4,10 @@ The same edge parameters go to REST jobs, gRPC ``Synthesize``, the WebSocket str
 OpenAI's speech route of one real stack (redis-server, ``voicelane api``, ``voicelane grpc``,
 a GPU and a CPU worker, espeak). For each case all four either accept it and produce audio
 (a job that finishes ``done``; a stream's first audio) or all refuse it with a 4xx /
-INVALID_ARGUMENT that names the field at fault. A job accepted with 202 must never fail.
+INVALID_ARGUMENT that names the same error code and the field at fault (the REST body's
+``code`` and ``field``, gRPC's ``error-code`` and ``error-field`` trailers, the WebSocket
+error's ``error_code`` and ``field``). A job accepted with 202 must never fail. The SDK's
+clients (gRPC and REST jobs) raise what the server said: status, code and field.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import pytest
 import websockets
 
 from tests.support.stack import ACME_KEY, Stack, wait_for
+from voicelane.client import JobsClient, RetryPolicy, SpeechClient
+from voicelane.common.error_wire import CODE_KEY, FIELD_KEY
+from voicelane.common.errors import RemoteError
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core.redis_server import RedisServer
@@ -39,33 +45,56 @@ METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
 @dataclass(frozen=True)
 class Case:
     name: str
-    text: str = "Hello there, this is a short test."
+    text: str | None = "Hello there, this is a short test."
+    """None: the request has no text (gRPC, which cannot tell a missing field, sends "")."""
     voice: str | None = None
     speed: float | None = None
     sample_rate_hz: int | None = None
     refused_field: str | None = None
     """None: every front accepts; else every front refuses, naming this field ("text" stands
     for each front's own text field: ``input`` on OpenAI's route)."""
+    refused_code: str | None = None
+    """The error code every front gives a refused case."""
 
 
 CASES = [
-    Case("speed 0.25", speed=0.25, refused_field="speed"),
+    Case("speed 0.25", speed=0.25, refused_field="speed", refused_code="invalid_input"),
     Case("speed 0.5", speed=0.5),
     Case("speed 2.5", speed=2.5),
-    Case("speed 4.0", speed=4.0, refused_field="speed"),
+    Case("speed 4.0", speed=4.0, refused_field="speed", refused_code="invalid_input"),
     *(
         Case(f"{rate} Hz", sample_rate_hz=rate)
         for rate in (8000, 12000, 16000, 24000, 48000)  # what Opus (and Ogg/Opus) carries
     ),
     *(
-        Case(f"{rate} Hz", sample_rate_hz=rate, refused_field="sample_rate_hz")
+        Case(
+            f"{rate} Hz",
+            sample_rate_hz=rate,
+            refused_field="sample_rate_hz",
+            refused_code="unsupported_format",
+        )
         for rate in (11025, 22050, 44100, 96000)
     ),
-    Case("unknown voice", voice="no-such-voice", refused_field="voice"),
-    Case("malformed seed voice", voice="seed:x", refused_field="voice"),
-    Case("punctuation only", text="... !!! ??? --- ***", refused_field="text"),
+    Case(
+        "unknown voice", voice="no-such-voice", refused_field="voice", refused_code="unknown_voice"
+    ),
+    Case(
+        "malformed seed voice", voice="seed:x", refused_field="voice", refused_code="unknown_voice"
+    ),
+    Case(
+        "punctuation only",
+        text="... !!! ??? --- ***",
+        refused_field="text",
+        refused_code="invalid_input",
+    ),
+    Case("missing text", text=None, refused_field="text", refused_code="invalid_input"),
     Case("text at the limit", text=AT_LIMIT),
-    Case("text over the limit", text=AT_LIMIT + "x", refused_field="text"),
+    Case(
+        "text over the limit",
+        text=AT_LIMIT + "x",
+        refused_field="text",
+        refused_code="text_too_large",
+    ),
 ]
 
 
@@ -75,9 +104,13 @@ class Outcome:
     field: str | None = None
     """For a refusal: the field the front named (None if it named none)."""
     detail: str = ""
+    code: str | None = None
+    """For a refusal: the error code the front gave."""
 
     def __str__(self) -> str:
-        return "accepted" if self.accepted else f"refused ({self.field}): {self.detail}"
+        if self.accepted:
+            return "accepted"
+        return f"refused ({self.code}, {self.field}): {self.detail}"
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +149,7 @@ def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
 def _refusal(status: int, body: dict[str, Any]) -> Outcome:
     assert 400 <= status < 500, (status, body)
     error = body["error"]
-    return Outcome(False, error.get("field"), error["message"])
+    return Outcome(False, error.get("field"), error["message"], error["code"])
 
 
 # ---- the four fronts -----------------------------------------------------------------------
@@ -161,7 +194,7 @@ def openai_speech(stack: Stack, case: Case) -> Outcome:
 
 async def grpc_synthesize(stack: Stack, case: Case) -> Outcome:
     request = pb.SynthesizeRequest(
-        text=case.text,
+        text=case.text or "",
         voice=case.voice or "",
         speed=case.speed or 0.0,
         sample_rate_hz=case.sample_rate_hz or 0,
@@ -176,7 +209,10 @@ async def grpc_synthesize(stack: Stack, case: Case) -> Outcome:
         except grpc.aio.AioRpcError as error:
             assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error
             details = error.details() or ""
-            return Outcome(False, details.split(" ", 1)[0], details)
+            trailers = dict(error.trailing_metadata() or ())
+            field = trailers.get(FIELD_KEY)
+            assert field is None or details.startswith(field), (field, details)
+            return Outcome(False, field, details, trailers.get(CODE_KEY))
     return Outcome(False, detail="the stream ended without audio")
 
 
@@ -198,7 +234,7 @@ async def websocket_stream(stack: Stack, case: Case) -> Outcome:
             event = json.loads(message)
             if event["type"] == "error":
                 assert event["code"] == "INVALID_ARGUMENT", event
-                return Outcome(False, event.get("field"), event["message"])
+                return Outcome(False, event.get("field"), event["message"], event["error_code"])
     return Outcome(False, detail="the socket closed without audio")
 
 
@@ -228,10 +264,15 @@ def test_every_front_accepts_and_refuses_the_same_requests(stack: Stack) -> None
                 ok = (
                     not outcome.accepted
                     and outcome.field == expected_field
+                    and outcome.code == case.refused_code
                     and expected_field in outcome.detail
                 )
             if not ok:
-                want = "accepted" if expected_field is None else f"refused ({expected_field})"
+                want = (
+                    "accepted"
+                    if expected_field is None
+                    else f"refused ({case.refused_code}, {expected_field})"
+                )
                 disagreements.append(f"{case.name} / {front}: {outcome}; want {want}")
     assert not disagreements, "\n".join(disagreements)
 
@@ -268,3 +309,31 @@ def test_rules_are_checked_before_anything_is_written(stack: Stack, tmp_path: Pa
         after = len(client.get("/v1/jobs", params={"limit": 100}).json()["jobs"])
     assert response.status_code == 422 and response.json()["error"]["field"] == "speed"
     assert after == before
+
+
+def test_the_sdk_raises_what_the_server_said(stack: Stack) -> None:
+    """The same unknown voice through the SDK's gRPC client and its REST jobs client: one
+    RemoteError each, with the server's status, code and field."""
+
+    async def over_grpc() -> RemoteError:
+        retry = RetryPolicy(max_attempts=1)
+        async with SpeechClient(stack.grpc_target, ACME_KEY, retry=retry) as client:
+            with pytest.raises(RemoteError) as caught:
+                async with client.synthesize("Hello there.", voice="no-such-voice") as stream:
+                    async for _ in stream:
+                        pass
+        return caught.value
+
+    jobs = JobsClient(stack.api_url, ACME_KEY)
+    try:
+        with pytest.raises(RemoteError) as over_rest:
+            jobs.submit("Hello there.", voice="no-such-voice")
+    finally:
+        jobs.close()
+    for error in (asyncio.run(over_grpc()), over_rest.value):
+        assert (error.status, error.code, error.field) == (
+            "INVALID_ARGUMENT",
+            "unknown_voice",
+            "voice",
+        ), error
+        assert error.permanent and "no-such-voice" in error.message

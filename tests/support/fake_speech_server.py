@@ -132,6 +132,8 @@ class FakeSpeechServer(pb_grpc.SpeechServicer):
         self.chat_requests: list[pb.ChatRequest] = []
         self.fail_first_calls = 0
         self.fail_code = grpc.StatusCode.UNAVAILABLE
+        self.fail_trailers: tuple[tuple[str, str], ...] = ()
+        """Trailing metadata of the fail-first knob's failures (a real front's error-code...)."""
         self.drop_after_chunks: int | None = None
         self.drops = 0
         self.drop_code: grpc.StatusCode | None = grpc.StatusCode.UNAVAILABLE
@@ -207,7 +209,11 @@ class FakeSpeechServer(pb_grpc.SpeechServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong API key")
         if self.fail_first_calls > 0:
             self.fail_first_calls -= 1
-            await context.abort(self.fail_code, f"fake failure of {method} (knob)")
+            await context.abort(
+                self.fail_code,
+                f"fake failure of {method} (knob)",
+                trailing_metadata=self.fail_trailers,
+            )
 
     @contextlib.asynccontextmanager
     async def _stream(self) -> AsyncIterator[None]:

@@ -28,7 +28,9 @@ The real-time lane (gRPC ``voicelane.v1.Speech``), asyncio only::
   input is not replayable); ``UNAVAILABLE`` before the first chunk is retried only while no
   text was sent.
 * **Errors** — every gRPC failure that is not retried, or whose retries ran out, is a
-  :class:`RemoteError` with the status name in ``.status``.
+  :class:`RemoteError` with the status name in ``.status`` and what the server said besides:
+  its error code in ``.code``, the field at fault in ``.field``, the retry hint in
+  ``.retry_after_s`` (``voicelane.client.failure``).
 * **Figures** (``voicelane.client.stats``) — :class:`StreamStats` on every stream.
 * **Clock** (``voicelane.client.clock``) — ``await client.sync_clock()``: the server's clock offset
   (NTP-style, shortest round trip of a few ``Clock`` calls) with an error bound;

@@ -22,6 +22,7 @@ from voicelane.common.wire import speech_pb2 as pb
 
 from .audio import PcmAssembler, SynthesisResult
 from .clock import ClockSync, wall_ms
+from .failure import remote_error
 from .stats import Meter, StreamStats
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ async def chat_events(
             yield response
         meter.finished()
     except grpc.aio.AioRpcError as error:
-        raise RemoteError(error.code().name, error.details() or "") from None
+        raise remote_error(error) from None
     finally:
         call.cancel()
 

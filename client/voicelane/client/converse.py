@@ -10,6 +10,7 @@ from typing import Self, TypeAlias
 
 import grpc.aio
 
+from voicelane.client.failure import remote_error
 from voicelane.client.clock import ClockSync, wall_ms
 from voicelane.client.pool import ChannelPool, Lease, Metadata, call_cancelled, cancelled_from_outside
 from voicelane.client.retry import Retrier
@@ -216,14 +217,14 @@ class ConverseSession:
 
     async def _retry(self, error: grpc.aio.AioRpcError, failures: int) -> bool:
         """Start a new call if the failure allows it; else record it. True if retried."""
-        code, details = error.code().name, error.details() or ""
+        failure = remote_error(error)
         async with self._lock:  # a text write in progress marks the text sent first
             replayable = not self._text_sent and self.stats.chunks == 0
         if not replayable:
-            self._fail(RemoteError(code, details))
+            self._fail(failure)
             return False
         try:
-            await self._retrier.pause(code, details, failures)
+            await self._retrier.pause(failure, failures)
         except RemoteError as exc:
             self._fail(exc)
             return False

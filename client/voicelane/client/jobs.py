@@ -1,31 +1,41 @@
 """The REST jobs client (:class:`JobsClient`: submit, poll, download), and ``voicelane jobs``:
-submit a text file to a running stack and fetch the audio (:func:`submit_and_fetch`)."""
+submit a text file to a running stack and fetch the audio (:func:`submit_and_fetch`).
+
+An error answer raises :class:`~voicelane.common.errors.RemoteError` with the status its HTTP
+status stands for and what the body and ``Retry-After`` say: the server's code, message and
+field, and the retry hint (:mod:`voicelane.common.error_wire`)."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
 
 from voicelane.common.atomic import atomic_output
-from voicelane.common.errors import (
-    DeadlineExceededError,
-    RemoteError,
-    error_for_status,
-    status_for_http,
-)
+from voicelane.common.error_wire import from_http
+from voicelane.common.errors import DeadlineExceededError, RemoteError, status_for_http
 
 FINAL = ("done", "failed", "cancelled")
 
 
 class JobsClient:
-    def __init__(self, server: str, api_key: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        server: str,
+        api_key: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        """``transport``: httpx's (a proxy's, a test's); None for a plain connection."""
         self.http = httpx.Client(
             base_url=server.rstrip("/"),
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=timeout_s,
+            transport=transport,
         )
 
     def close(self) -> None:
@@ -34,11 +44,13 @@ class JobsClient:
     def _json(self, response: httpx.Response) -> dict[str, Any]:
         if response.status_code >= 400:
             try:
-                message = response.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = response.text[:200]
-            status = status_for_http(response.status_code)
-            raise error_for_status(status, f"server answered {response.status_code}: {message}")
+                body = response.json()
+            except ValueError:
+                body = None
+            wire = from_http(response.status_code, body, response.headers.get("retry-after"))
+            said = wire.message or response.text[:200]
+            message = f"server answered {response.status_code}: {said}"
+            raise RemoteError.from_wire(replace(wire, message=message))
         data: dict[str, Any] = response.json()
         return data
 

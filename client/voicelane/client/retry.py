@@ -87,16 +87,17 @@ class Retrier:
             raise RemoteError("DEADLINE_EXCEEDED", "the call's deadline passed")
         return left_s
 
-    async def pause(self, code: str, details: str, failures: int) -> None:
-        """Sleep before the next attempt, or raise :class:`RemoteError` if there is none."""
-        if not self.policy.retryable(code):
-            raise RemoteError(code, details)
+    async def pause(self, failure: RemoteError, failures: int) -> None:
+        """Sleep before the next attempt after ``failure``, or raise it (its message saying
+        why when it could have been retried) if there is none."""
+        if not self.policy.retryable(failure.status):
+            raise failure
         if failures >= self.policy.max_attempts:
-            raise RemoteError(code, f"{details} (gave up after {failures} attempts)")
+            raise failure.with_message(f"{failure.message} (gave up after {failures} attempts)")
         delay_s = self.policy.backoff_s(failures)
         left_s = self.remaining_s()
         if left_s is not None and delay_s >= left_s:
-            raise RemoteError(code, f"{details} (the deadline leaves no time to retry)")
+            raise failure.with_message(f"{failure.message} (the deadline leaves no time to retry)")
         self.stats.backoff_s += delay_s
         await asyncio.sleep(delay_s)
 

@@ -15,6 +15,7 @@ from typing import Self, TypeAlias
 import grpc
 import grpc.aio
 
+from voicelane.client.failure import remote_error
 from voicelane.client.audio import PcmAssembler, SynthesisResult, write_atomically
 from voicelane.client.chat import ChatResult, chat_pcm, chat_request
 from voicelane.client.clock import DEFAULT_SAMPLES, ClockEstimate, ClockSync, measure_clock
@@ -290,7 +291,7 @@ class SpeechClient:
                 )
             except grpc.aio.AioRpcError as exc:
                 failures += 1
-                await retrier.pause(exc.code().name, exc.details() or "", failures)
+                await retrier.pause(remote_error(exc), failures)
                 continue
             return [
                 VoiceInfo(v.id, v.name, tuple(v.languages), response.engine)
@@ -330,7 +331,7 @@ class SpeechClient:
                 )
             except grpc.aio.AioRpcError as exc:
                 failures += 1
-                await retrier.pause(exc.code().name, exc.details() or "", failures)
+                await retrier.pause(remote_error(exc), failures)
                 stub = pool.least_loaded().stub
                 continue
             taken += 1

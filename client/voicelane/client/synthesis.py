@@ -11,6 +11,7 @@ from typing import Self
 
 import grpc.aio
 
+from voicelane.client.failure import remote_error
 from voicelane.client.clock import ClockSync, wall_ms
 from voicelane.client.pool import ChannelPool, Metadata, Slot, call_cancelled, cancelled_from_outside
 from voicelane.client.retry import Retrier
@@ -128,15 +129,19 @@ class Synthesis:
 
     async def _pause(self, error: grpc.aio.AioRpcError | None, failures: int) -> None:
         if error is None:
-            code, details = "UNAVAILABLE", "the stream ended without its final chunk"
+            failure = RemoteError("UNAVAILABLE", "the stream ended without its final chunk")
         else:
-            code, details = error.code().name, error.details() or ""
+            failure = remote_error(error)
         resuming = self._last_seq is not None
-        if resuming and code == "NOT_FOUND":
-            raise RemoteError(code, f"the stream cannot be resumed, its output expired: {details}")
-        if resuming and not self._request_id and self._retrier.policy.retryable(code):
-            raise RemoteError(code, f"{details} (cannot resume: the server sent no request_id)")
-        await self._retrier.pause(code, details, failures)
+        if resuming and failure.status == "NOT_FOUND":
+            raise failure.with_message(
+                f"the stream cannot be resumed, its output expired: {failure.message}"
+            )
+        if resuming and not self._request_id and self._retrier.policy.retryable(failure.status):
+            raise failure.with_message(
+                f"{failure.message} (cannot resume: the server sent no request_id)"
+            )
+        await self._retrier.pause(failure, failures)
         if resuming:
             self.stats.resumes += 1
         else:

@@ -22,7 +22,7 @@ and on stderr. Errors about one field of a request name it in :attr:`VoicelaneEr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 _BY_CODE: dict[str, type[VoicelaneError]] = {}
@@ -34,7 +34,8 @@ class WireError:
     """An error as it crosses a process boundary: everything a client may act on."""
 
     code: str
-    """:attr:`VoicelaneError.code` (``unknown_voice``, ``quota_exceeded``...)."""
+    """:attr:`VoicelaneError.code` (``unknown_voice``, ``quota_exceeded``...); ``""`` when the
+    sender gave none (a peer older than error codes on its wire)."""
     message: str
     status: str
     """The gRPC status name it maps to; what a receiver falls back on for an unknown code."""
@@ -401,17 +402,50 @@ class RemoteError(VoicelaneError):
 
     ``status`` is the gRPC status name the server sent (the REST client maps HTTP statuses
     to the same names); permanence follows it, so retry loops can ask :attr:`permanent`.
-    ``str(error)`` is ``"STATUS: message"``; :attr:`message` is the message alone.
+    ``str(error)`` is ``"STATUS: message"``; :attr:`message` is the message alone. What the
+    server said besides (:mod:`voicelane.common.error_wire`) comes along: :attr:`code` (the
+    error's own code, ``unknown_voice``; ``remote_error`` when the server sent none),
+    :attr:`field` and :attr:`retry_after_s`; the exit status is the one that code has here.
     """
 
     code = "remote_error"
 
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message or status.lower().replace("_", " "))
+    def __init__(
+        self,
+        status: str,
+        message: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(
+            message or status.lower().replace("_", " "), field=field, retry_after_s=retry_after_s
+        )
         # VoicelaneError declares these per class; a RemoteError carries the server's, per call.
         self.status = status
         self.grpc_status = status  # type: ignore[misc]
         self.permanent = status in PERMANENT_STATUSES  # type: ignore[misc]
+        if code:
+            self.code = code  # type: ignore[misc]
+            named = _BY_CODE.get(code)
+            if named is not None and named is not RemoteError:
+                self.exit_status = named.exit_status  # type: ignore[misc]
+
+    @classmethod
+    def from_wire(cls, wire: WireError) -> RemoteError:
+        """The error a server sent, as the client raises it."""
+        return cls(
+            wire.status,
+            wire.message,
+            code=wire.code,
+            field=wire.field,
+            retry_after_s=wire.retry_after_s,
+        )
+
+    def with_message(self, message: str) -> RemoteError:
+        """The same error (status, code, field, retry hint) with another message."""
+        return RemoteError.from_wire(replace(self.to_wire(), message=message))
 
     @property
     def message(self) -> str:
