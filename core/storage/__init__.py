@@ -7,7 +7,7 @@ implement :class:`Storage`; :func:`open_storage` picks one from :class:`StorageS
 - :mod:`voicelane.core.storage.base`: the :class:`Storage` interface, :class:`StoredObject`, and the
 key,
   prefix, content-type, file-name and link-expiry rules both backends share;
-- :mod:`voicelane.core.storage.settings`: :class:`StorageSettings` (``VOICELANE_STORAGE_*``);
+- :mod:`voicelane.core.storage.settings`: :class:`StorageSettings` (``VOICELANE_STORAGE__*``);
 - :mod:`voicelane.core.storage.local`: :class:`LocalStorage`, a directory, with HMAC-signed links;
 - :mod:`voicelane.core.storage.s3`: :class:`S3Storage`, through boto3 (imported lazily, on the first
   client: ``import voicelane.core.storage`` does not import boto3).
