@@ -52,6 +52,7 @@ from typing import Any, Self, cast
 
 import httpx
 import ollama
+
 from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,

@@ -121,8 +121,8 @@ class Environment(PydanticBaseSettingsSource):
                 new = _renamed(model, prefix, name)
                 if new is not None:
                     raise ConfigError(
-                        f"{name} is now {new} (the {section} settings are part of the "
-                        "process's settings; docs/configuration.md): rename it"
+                        f"{name} is now {new}: rename it (the {section} settings are part of "
+                        "the process's settings tree; docs/configuration.md)"
                     )
 
     def __call__(self) -> dict[str, Any]:
