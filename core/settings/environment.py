@@ -47,13 +47,14 @@ RENAMED_SECTIONS = {
 section's name (``VOICELANE_LLM_MODEL``, ``VOICELANE_STORAGE_S3__BUCKET``); now they are part
 of their process's tree (``VOICELANE_LLM__MODEL``, ``VOICELANE_STORAGE__S3__BUCKET``)."""
 
+_ONE_DEVICE = (
+    "the engine runs on the process's device: set VOICELANE_DEVICE (a worker's --device) instead"
+)
 RETIRED = {
-    "VOICELANE_CHATTTS_DEVICE": "the engine runs on the process's device: set VOICELANE_DEVICE "
-    "(a worker's --device) instead",
-    "VOICELANE_CHATTTS__DEVICE": "the engine runs on the process's device: set VOICELANE_DEVICE "
-    "(a worker's --device) instead",
+    "VOICELANE_CHATTTS_DEVICE": ("chattts", _ONE_DEVICE),
+    "VOICELANE_CHATTTS__DEVICE": ("chattts", _ONE_DEVICE),
 }
-"""Variables that are gone, and what to set instead."""
+"""Variables that are gone: the section whose readers refuse them, and what to set instead."""
 
 OLLAMA_DEFAULTS = {"OLLAMA_HOST": "host", "OLLAMA_NUM_PARALLEL": "max_parallel"}
 """Ollama's own variables → the ``llm`` field they are the default of."""
@@ -115,8 +116,9 @@ class Environment(PydanticBaseSettingsSource):
             and issubclass(model, BaseModel)
         }
         for name in sorted(name for name, _ in self.variables()):
-            if name in RETIRED and "chattts" in sections:
-                raise ConfigError(f"{name} is no longer read: {RETIRED[name]}")
+            section, instead = RETIRED.get(name, ("", ""))
+            if section in sections:
+                raise ConfigError(f"{name} is no longer read: {instead}")
             for section, (model, prefix) in sections.items():
                 new = _renamed(model, prefix, name)
                 if new is not None:

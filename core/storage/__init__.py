@@ -82,11 +82,11 @@ __all__ = [
 ]
 
 
-def open_storage(settings: StorageSettings | None = None, *, dev_mode: bool = False) -> Storage:
-    """The backend ``settings.backend`` names (settings from the environment by default).
-    ``dev_mode`` (the process's own dev mode, ``VOICELANE_DEV_MODE``) lets the local backend
-    run without a link secret. Does not touch the network: call :meth:`Storage.prepare`."""
-    settings = settings or StorageSettings()
+def open_storage(settings: StorageSettings, *, dev_mode: bool = False) -> Storage:
+    """The backend ``settings.backend`` names (``settings``: the process's ``storage``
+    section). ``dev_mode`` (the process's own dev mode, ``VOICELANE_DEV_MODE``) lets the local
+    backend run without a link secret. Does not touch the network: call
+    :meth:`Storage.prepare`."""
     if settings.backend == "s3":
         return S3Storage(settings.s3)
     local = settings.local
