@@ -22,16 +22,21 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from voicelane.common.errors import InvalidInputError, VoicelaneError, exit_status
+
+if TYPE_CHECKING:
+    from voicelane.core.settings import CliSettings, EmbeddedSettings
 
 # numpy's OpenBLAS runs a matrix product on a thread per core, which then wait for each other
 # spinning. The products here are small (the resampler's, per 200 ms of audio) and the
 # processes already keep every core busy (one render worker per core, fronts, Redis): the
 # helper threads only steal CPU, and a stream's event loop stalls while they get scheduled
 # (measured: 55% of a worker's samples at 100 streams, see docs/benchmarks.md). Set before
-# numpy loads; an operator's own setting wins.
+# numpy loads; an operator's own setting wins. Process setup for a library, not voicelane's
+# configuration (which only voicelane.core.settings reads): tests/unit/core/test_settings.py
+# lists this write as an allowed exception.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 PROG = "voicelane"
@@ -101,14 +106,33 @@ def _read_input(source: str, max_chars: int) -> str:
     return decode_text(data, max_chars=max_chars, source=source)
 
 
-def _render(args: argparse.Namespace, text: str) -> int:
-    from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
+def _given(args: argparse.Namespace, **fields: str) -> dict[str, Any]:
+    """The flags given (``flag=field``), as keyword arguments of a settings root: a flag wins
+    over its variable and is validated like it."""
+    return {
+        field: getattr(args, flag)
+        for flag, field in fields.items()
+        if getattr(args, flag) is not None
+    }
+
+
+def _embedded(args: argparse.Namespace) -> EmbeddedSettings:
     from voicelane.core.settings import EmbeddedSettings
+
+    return EmbeddedSettings(**_given(args, engine="engine"))
+
+
+def _api_key(args: argparse.Namespace, cli: CliSettings) -> str:
+    api_key = args.key or cli.api_key
+    if not api_key:
+        raise InvalidInputError("give --key or set VOICELANE_API_KEY")
+    return str(api_key)
+
+
+def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> int:
+    from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
     from voicelane.workers.render import EmbeddedRenderer
 
-    settings = EmbeddedSettings()
-    if args.engine:
-        settings.engine = args.engine
     output = Path(args.output)
     fmt = format_from_name(args.format) if args.format else format_from_path(output)
     rate_hz = args.sample_rate or settings.sample_rate_hz
@@ -131,30 +155,26 @@ def _render(args: argparse.Namespace, text: str) -> int:
     return 0
 
 
-def _cmd_render(args: argparse.Namespace) -> int:
-    from voicelane.core.settings import EmbeddedSettings
+def _cmd_render(args: argparse.Namespace, _cli: CliSettings) -> int:
+    settings = _embedded(args)
+    text = _read_input(args.input, settings.max_text_chars)
+    return _render(args, settings, text)
 
-    text = _read_input(args.input, EmbeddedSettings().max_text_chars)
-    return _render(args, text)
 
-
-def _cmd_say(args: argparse.Namespace) -> int:
-    from voicelane.core.settings import EmbeddedSettings
+def _cmd_say(args: argparse.Namespace, cli: CliSettings) -> int:
     from voicelane.core.text_input import check_text
 
-    text = check_text(args.text, max_chars=EmbeddedSettings().max_text_chars, source="TEXT")
+    settings = _embedded(args)
+    text = check_text(args.text, max_chars=settings.max_text_chars, source="TEXT")
     if args.server:
-        return _say_remote(args, text)
-    return _render(args, text)
+        return _say_remote(args, _api_key(args, cli), text)
+    return _render(args, settings, text)
 
 
-def _say_remote(args: argparse.Namespace, text: str) -> int:
+def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
     """Stream through the gRPC front: first audio while the rest is still being made."""
     from voicelane.client import say_to_file
 
-    api_key = args.key or os.environ.get("VOICELANE_API_KEY")
-    if not api_key:
-        raise InvalidInputError("give --key or set VOICELANE_API_KEY")
     result = say_to_file(
         args.server,
         api_key,
@@ -171,14 +191,12 @@ def _say_remote(args: argparse.Namespace, text: str) -> int:
     return 0
 
 
-def _cmd_chat(args: argparse.Namespace) -> int:
+def _cmd_chat(args: argparse.Namespace, cli: CliSettings) -> int:
     """One question to the server's LLM; the reply's text printed, its audio written."""
     from voicelane.client import chat_to_file
     from voicelane.core.text_input import check_text
 
-    api_key = args.key or os.environ.get("VOICELANE_API_KEY")
-    if not api_key:
-        raise InvalidInputError("give --key or set VOICELANE_API_KEY")
+    api_key = _api_key(args, cli)
     message = check_text(args.message, max_chars=10_000, source="MESSAGE")
     messages = [("system", args.system)] if args.system else []
     result = chat_to_file(
@@ -195,11 +213,11 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_voices(args: argparse.Namespace) -> int:
-    from voicelane.core.settings import EmbeddedSettings
+def _cmd_voices(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.workers.engines import create_engine
 
-    engine = create_engine(args.engine or EmbeddedSettings().engine)
+    settings = _embedded(args)
+    engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
     for voice in engine.voices():
         languages = ",".join(voice.languages)
         if args.language and not any(lang.startswith(args.language) for lang in voice.languages):
@@ -208,78 +226,67 @@ def _cmd_voices(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_worker(args: argparse.Namespace) -> int:
+def _cmd_worker(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.core.settings import WorkerSettings
     from voicelane.workers.runtime import run_worker
 
-    flags = {
-        name: getattr(args, name)
-        for name in ("engine", "device", "concurrency", "queues")
-        if getattr(args, name) is not None
-    }
-    settings = WorkerSettings(**flags)  # validated: a flag is checked like its variable
+    settings = WorkerSettings(
+        **_given(args, engine="engine", device="device", concurrency="concurrency", queues="queues")
+    )
     logging.getLogger().setLevel(logging.INFO)
     return run_worker(settings, hostname=args.hostname)
 
 
-def _cmd_api(args: argparse.Namespace) -> int:
+def _cmd_api(args: argparse.Namespace, _cli: CliSettings) -> int:
     import uvicorn
 
     from voicelane.api.rest import create_app
     from voicelane.core.settings import ApiSettings
 
-    settings = ApiSettings()
-    if args.host:
-        settings.host = args.host
-    if args.port:
-        settings.port = args.port
+    settings = ApiSettings(**_given(args, host="host", port="port"))
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
     return 0
 
 
-def _cmd_grpc(args: argparse.Namespace) -> int:
+def _cmd_grpc(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.api.grpc_front import run_grpc
     from voicelane.core.settings import GrpcSettings
 
-    settings = GrpcSettings()
-    if args.host:
-        settings.grpc_host = args.host
-    if args.port:
-        settings.grpc_port = args.port
+    settings = GrpcSettings(**_given(args, host="grpc_host", port="grpc_port"))
     logging.getLogger().setLevel(logging.INFO)
     run_grpc(settings)
     return 0
 
 
-def _cmd_flower(args: argparse.Namespace) -> int:
+def _cmd_flower(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.api.flower import run_flower
     from voicelane.core.settings import FlowerSettings
 
-    settings = FlowerSettings()
-    if args.port:
-        settings.flower_port = args.port
+    settings = FlowerSettings(**_given(args, port="flower_port"))
     run_flower(settings)
     return 0
 
 
-def _cmd_up(args: argparse.Namespace) -> int:
+def _cmd_up(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.api.stack import run_stack
+    from voicelane.core.settings import StackSettings
 
     return run_stack(
+        StackSettings(),
         Path(args.state_dir),
         pidfile=Path(args.pidfile) if args.pidfile else None,
         llm_standin=args.llm_standin,
     )
 
 
-def _cmd_redis(args: argparse.Namespace) -> int:
+def _cmd_redis(args: argparse.Namespace, _cli: CliSettings) -> int:
     import signal
 
     from voicelane.core.redis_server import RedisServer
-    from voicelane.core.settings import ServiceSettings
+    from voicelane.core.settings import RedisSettings
 
-    budget = ServiceSettings().redis_maxmemory_bytes
+    budget = RedisSettings().redis_maxmemory_bytes
     server = RedisServer(args.dir, port=args.port, maxmemory_bytes=budget).start()
     print(f"redis-server on {server.url} (AOF in {args.dir}); Ctrl-C stops it", flush=True)
     stop = __import__("threading").Event()
@@ -293,15 +300,13 @@ def _cmd_redis(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_jobs_submit(args: argparse.Namespace) -> int:
-    api_key = args.key or os.environ.get("VOICELANE_API_KEY")
-    if not api_key:
-        raise InvalidInputError("give --key or set VOICELANE_API_KEY")
+def _cmd_jobs_submit(args: argparse.Namespace, cli: CliSettings) -> int:
+    api_key = _api_key(args, cli)
     source = Path(args.input)
     if not source.is_file():
         raise InvalidInputError(f"{args.input}: no such file")
     return _submit_and_fetch(
-        args.server,
+        args.server or cli.server,
         api_key,
         source,
         Path(args.output) if args.output else None,
@@ -443,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("input", metavar="FILE")
     submit.add_argument("-o", "--output", help="download the audio here when done")
     submit.add_argument(
-        "--server", default=os.environ.get("VOICELANE_SERVER", "http://127.0.0.1:8000")
+        "--server", help="the REST API (default: $VOICELANE_SERVER, else http://127.0.0.1:8000)"
     )
     submit.add_argument("--key", help="API key (default: $VOICELANE_API_KEY)")
     submit.add_argument("--voice")
@@ -462,19 +467,25 @@ def _bad_setting(error: Exception) -> str | None:
     """One line for settings that do not validate (pydantic), naming the variable."""
     from pydantic import ValidationError
 
+    from voicelane.core.settings import variable_name
+
     if not isinstance(error, ValidationError):
         return None
     first = error.errors()[0]
-    where = "__".join(str(p) for p in first.get("loc", ())).upper()
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"bad setting VOICELANE_{where}: {message}"
+    return f"bad setting {variable_name(first.get('loc', ()))}: {message}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    debug = False
     try:
-        status: int = args.handler(args)
+        from voicelane.core.settings import CliSettings
+
+        cli = CliSettings()
+        debug = cli.debug
+        status: int = args.handler(args, cli)
     except VoicelaneError as error:
         return _fail(error.message, exit_status(error))
     except KeyboardInterrupt:
@@ -482,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except Exception as error:
-        if os.environ.get("VOICELANE_DEBUG"):
+        if debug:
             raise
         if (setting := _bad_setting(error)) is not None:
             return _fail(setting, 2)

@@ -28,7 +28,7 @@ from voicelane.api.auth import ApiKeys
 from voicelane.api.engines import EngineRegistry
 from voicelane.api.grpc_auth import AuthInterceptor
 from voicelane.api.grpc_service import SERVICE_NAME, SpeechService
-from voicelane.api.llm import LlmBridge, LlmSettings
+from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
@@ -97,7 +97,7 @@ async def start_front(
     gateway = StreamGateway(
         settings, lane, EngineRegistry(lane, settings.engine), min_deadline_s=min_deadline_s
     )
-    llm = LlmBridge(LlmSettings())
+    llm = LlmBridge(settings.llm)
     service = SpeechService(gateway, llm)
     pb_grpc.add_SpeechServicer_to_server(service, server)
     health = grpc_health.aio.HealthServicer()
@@ -108,7 +108,7 @@ async def start_front(
         await health.set(
             name, serving if warmup.ready else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-    if not warmup.ready:  # readiness waits for the LLM's warm-up (VOICELANE_LLM_PRELOAD)
+    if not warmup.ready:  # readiness waits for the LLM's warm-up (settings.llm.preload)
         warmup.on_ready = lambda: _set_serving(health)
         warmup.start()
     reflection.enable_server_reflection(

@@ -179,7 +179,7 @@ class SpeechService(pb_grpc.SpeechServicer):
         request_id: str | None = None
         try:
             if self.llm is None:
-                raise UnavailableError("this server has no LLM configured (VOICELANE_LLM_*)")
+                raise UnavailableError("this server has no LLM configured (VOICELANE_LLM__*)")
             ask = ChatAsk(
                 messages=[ChatTurn(m.role, m.content) for m in request.messages],
                 model=request.model or None,

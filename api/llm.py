@@ -6,14 +6,16 @@ version the operator runs, the protocol is the client's business. What the bridg
 
 * **validation** — no messages, an unknown role, a last message that is empty or not text:
   :class:`~voicelane.common.errors.InvalidInputError`;
-* **the window** — every request carries ``options.num_ctx`` (``VOICELANE_LLM_NUM_CTX``;
+* **the window** — every request carries ``options.num_ctx`` (``VOICELANE_LLM__NUM_CTX``;
   left out, Ollama sizes the context from the card and its KV cache eats the TTS model's
   memory) and ``keep_alive``; the history is trimmed to fit: each message's tokens estimated
   (a CJK character ≈ 1 token, other text ≈ 4 characters per token, 4 per message), the oldest
   non-system messages dropped whole until system + history + ``reply_reserve_tokens`` fit
   ``num_ctx``; a last message that does not fit alone is refused;
-* **a cap per Ollama host** — at most ``max_parallel`` generations in flight (Ollama's
-  ``OLLAMA_NUM_PARALLEL``); later replies queue in the front, first come first served;
+* **a cap on generations** — at most ``max_parallel`` in flight (Ollama's
+  ``OLLAMA_NUM_PARALLEL``); later replies queue in the front, first come first served. The
+  bridge owns the cap: a front process has one bridge (built from its settings' ``llm``,
+  closed with the front), so the cap is the process's, for its one Ollama host;
 * **the first chunk before returning** — :meth:`LlmBridge.reply` returns once Ollama sent
   its first chunk, so request-level errors (a missing model, Ollama unreachable or busy) are
   raised there, typed, before anything was spoken; errors after that are raised by the
@@ -41,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -51,8 +52,6 @@ from typing import Any, Self, cast
 
 import httpx
 import ollama
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from voicelane.common.errors import (
     DeadlineExceededError,
@@ -63,56 +62,14 @@ from voicelane.common.errors import (
     VoicelaneError,
 )
 from voicelane.core import metrics
+from voicelane.core.settings import LlmSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
 ROLES = ("system", "user", "assistant")
 TOKENS_PER_MESSAGE = 4
 CHARS_PER_TOKEN = 4
 BUSY_RETRY_AFTER_S = 1.0
-
-
-def _default_host() -> str:
-    return os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
-
-
-def _default_max_parallel() -> int:
-    raw = os.environ.get("OLLAMA_NUM_PARALLEL", "")
-    try:
-        value = int(raw)
-    except ValueError:
-        return 1
-    return value if value >= 1 else 1
-
-
-class LlmSettings(BaseSettings):
-    """The LLM bridge (``VOICELANE_LLM_*``; docs/llm.md)."""
-
-    model_config = SettingsConfigDict(env_prefix="VOICELANE_LLM_", extra="ignore")
-
-    host: str = Field(default_factory=_default_host)
-    """Ollama's address; default: ``OLLAMA_HOST`` (the client's own variable), else
-    http://127.0.0.1:11434."""
-    model: str = Field("qwen2.5:7b", min_length=1)
-    """The model when a request names none."""
-    keep_alive: str = "30m"
-    """How long Ollama keeps the model loaded after a request (a duration; ``-1``: forever)."""
-    num_ctx: int = Field(2048, ge=256)
-    """The LLM's context window, sent as ``options.num_ctx`` with every request."""
-    read_timeout_s: float = Field(30.0, gt=0)
-    """The longest gap between two chunks (the first one included)."""
-    max_parallel: int = Field(default_factory=_default_max_parallel, ge=1)
-    """Generations in flight per Ollama host; default ``OLLAMA_NUM_PARALLEL``, else 1."""
-    reply_reserve_tokens: int = Field(512, ge=0)
-    """The part of the window kept free for the reply when trimming the history."""
-    system: str = ""
-    """A system prompt put before every conversation (a request's ``system`` replaces it)."""
-    preload: bool = False
-    """Load the model when the front starts (:meth:`LlmBridge.preload`, ``api/llm_warmup``);
-    readiness waits for it. Off by default: a front without an Ollama stays ready."""
-    preload_timeout_s: float = Field(300.0, gt=0)
-    """How long a preload may take: a cold load of a big model from a slow disk is slow."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,22 +181,6 @@ def prepare_messages(
         if index not in dropped
     )
     return wire, len(dropped)
-
-
-# ---- the cap per host -------------------------------------------------------------------------
-
-_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _slots(host: str, max_parallel: int) -> asyncio.Semaphore:
-    """The generation slots of ``host`` in this event loop (created on first use; the first
-    bridge's ``max_parallel`` sets their number)."""
-    per_loop = _SLOTS.setdefault(asyncio.get_running_loop(), {})
-    if host not in per_loop:
-        per_loop[host] = asyncio.Semaphore(max_parallel)
-    return per_loop[host]
 
 
 # ---- errors -----------------------------------------------------------------------------------
@@ -491,26 +432,34 @@ def _stats(part: ollama.ChatResponse, model: str, ttft_ms: float) -> LlmStats:
 
 
 class LlmBridge:
-    """Replies from Ollama for the fronts. Use it from one event loop (the front's)."""
+    """Replies from Ollama for the fronts, at most ``settings.max_parallel`` at once (the
+    bridge's generation slots). Use it from one event loop (the front's): the HTTP client
+    and the slots belong to the loop that first used them (a later loop, as in tests, gets
+    fresh ones)."""
 
-    def __init__(self, settings: LlmSettings | None = None) -> None:
-        self.settings = settings or LlmSettings()
+    def __init__(self, settings: LlmSettings) -> None:
+        self.settings = settings
         self._client: ollama.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._slots = asyncio.Semaphore(settings.max_parallel)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._replies: weakref.WeakSet[LlmReply] = weakref.WeakSet()
 
     @property
     def host(self) -> str:
         return self.settings.host
 
-    def _client_now(self) -> ollama.AsyncClient:
+    def _bind_loop(self) -> tuple[ollama.AsyncClient, asyncio.Semaphore]:
+        """The HTTP client and the generation slots of the running loop."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
+        if self._loop is not loop:
+            self._slots = asyncio.Semaphore(self.settings.max_parallel)
+            self._client = None  # the last loop's, unusable here
+            self._loop = loop
+        if self._client is None:
             self._client = ollama.AsyncClient(
                 host=self.settings.host, timeout=self.settings.read_timeout_s
             )
-            self._client_loop = loop
-        return self._client
+        return self._client, self._slots
 
     def _options(self) -> dict[str, Any]:
         return {"num_ctx": self.settings.num_ctx}
@@ -537,7 +486,7 @@ class LlmBridge:
         except InvalidInputError:
             metrics.LLM_REPLIES.labels(outcome="invalid").inc()
             raise
-        slots = _slots(settings.host, settings.max_parallel)
+        client, slots = self._bind_loop()
         queued = time.monotonic()
         try:
             await slots.acquire()
@@ -545,11 +494,6 @@ class LlmBridge:
             metrics.LLM_REPLIES.labels(outcome="cancelled").inc()
             raise
         metrics.LLM_QUEUE_WAIT_S.observe(time.monotonic() - queued)
-        try:
-            client = self._client_now()
-        except BaseException:
-            slots.release()
-            raise
         # From here the reply owns the slot: its reading task frees it however it ends.
         reply = LlmReply(
             client=client,
@@ -592,16 +536,14 @@ class LlmBridge:
         for reply in list(self._replies):
             await reply.aclose()
         client, self._client = self._client, None
-        if client is not None and self._client_loop is asyncio.get_running_loop():
+        if client is not None and self._loop is asyncio.get_running_loop():
             await client.close()  # type: ignore[no-untyped-call]
-        self._client_loop = None
 
 
 __all__ = [
     "ChatTurn",
     "LlmBridge",
     "LlmReply",
-    "LlmSettings",
     "LlmStats",
     "estimate_tokens",
     "map_error",

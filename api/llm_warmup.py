@@ -1,4 +1,4 @@
-"""The LLM's warm-up: the model loaded before the first user asks (``VOICELANE_LLM_PRELOAD``).
+"""The LLM's warm-up: the model loaded before the first user asks (``VOICELANE_LLM__PRELOAD``).
 
 Ollama loads a model on its first request (seconds for a 7B model); :class:`Warmup` sends the
 empty request that loads it when the front starts, retrying every few seconds while Ollama is

@@ -24,7 +24,7 @@ from voicelane.api.body_limit import BodyLimit, route_limits
 from voicelane.api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
 from voicelane.api.engines import EngineRegistry
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
-from voicelane.api.llm import LlmBridge, LlmSettings
+from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.routes import callbacks, chat, jobs, ops, speech
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
@@ -49,15 +49,14 @@ def error_response(error: BaseException, request: Request) -> JSONResponse:
 
 
 def create_app(
-    settings: ApiSettings | None = None,
+    settings: ApiSettings,
     *,
     ledger: Ledger | None = None,
     storage: Storage | None = None,
     enqueue: Enqueue | None = None,
     llm: LlmBridge | None = None,
 ) -> FastAPI:
-    settings = settings or ApiSettings()
-    llm = llm or LlmBridge(LlmSettings())
+    llm = llm or LlmBridge(settings.llm)
     if storage is None:
         storage = open_storage(settings.storage, dev_mode=settings.dev_mode)
         storage.prepare()

@@ -40,7 +40,7 @@ import httpx
 from voicelane.api.flower import basic_auth
 from voicelane.common.errors import VoicelaneError
 from voicelane.core.redis_server import RedisServer, redis_answers
-from voicelane.core.settings import ApiSettings, FlowerSettings, GrpcSettings, StackSettings
+from voicelane.core.settings import StackSettings
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -276,7 +276,7 @@ def grpc_serving(target: str) -> bool:
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def _ready(api: ApiSettings, grpc_target: str) -> bool:
+def _ready(api: StackSettings, grpc_target: str) -> bool:
     """The API is ready, the gRPC front serves and a GPU worker reports real-time capacity."""
     import redis
 
@@ -296,26 +296,35 @@ def _ready(api: ApiSettings, grpc_target: str) -> bool:
         client.close()
 
 
-def _environment(state_dir: Path) -> dict[str, str]:
+def _environment(settings: StackSettings, state_dir: Path) -> dict[str, str]:
+    """The children's environment: this process's, passed on whole (each child reads its own
+    settings from it), plus what the stack decides for the settings the operator left unset —
+    local storage in the state directory with a link secret kept there, links pointing at the
+    API, dev mode without API keys. Written for the children; decided from ``settings``."""
     env = dict(os.environ)
-    env.setdefault("VOICELANE_STORAGE_BACKEND", "local")
-    env.setdefault("VOICELANE_STORAGE_LOCAL__ROOT", str(state_dir / "storage"))
-    if "VOICELANE_STORAGE_LOCAL__SECRET" not in env:
-        env["VOICELANE_STORAGE_LOCAL__SECRET"] = _link_secret(state_dir)
-    if not env.get("VOICELANE_API_KEYS"):
+    storage, local = settings.storage, settings.storage.local
+    if "backend" not in storage.model_fields_set:
+        env["VOICELANE_STORAGE__BACKEND"] = "local"
+    if "root" not in local.model_fields_set:
+        env["VOICELANE_STORAGE__LOCAL__ROOT"] = str(state_dir / "storage")
+    if local.secret is None:
+        env["VOICELANE_STORAGE__LOCAL__SECRET"] = _link_secret(state_dir)
+    if "public_base_url" not in local.model_fields_set:
+        env["VOICELANE_STORAGE__LOCAL__PUBLIC_BASE_URL"] = f"http://{settings.host}:{settings.port}"
+    if not settings.api_keys:
         env["VOICELANE_DEV_MODE"] = "1"
     return env
 
 
-def _own_redis(state_dir: Path, api: ApiSettings) -> SupervisedRedis | None:
+def _own_redis(state_dir: Path, settings: StackSettings) -> SupervisedRedis | None:
     """A Redis of our own, unless one answers at the configured URL (then it is not ours to
     start, supervise or stop)."""
-    parsed = urlparse(api.redis_url)
+    parsed = urlparse(settings.redis_url)
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
     if redis_answers(host, port):
         return None
     server = RedisServer(
-        state_dir / "redis", host=host, port=port, maxmemory_bytes=api.redis_maxmemory_bytes
+        state_dir / "redis", host=host, port=port, maxmemory_bytes=settings.redis_maxmemory_bytes
     )
     return SupervisedRedis(server)
 
@@ -366,41 +375,46 @@ STANDIN_MODULE = "voicelane.api.ollama_standin"
 """The stand-in Ollama server (``up --llm-standin``): canned replies, no model, for demos."""
 
 
-def _llm_standin(env: dict[str, str], port: int, log_dir: Path) -> Child:
+def _llm_standin(env: dict[str, str], settings: StackSettings, log_dir: Path) -> Child:
     """The stand-in Ollama server as a child, and the fronts' LLM settings pointed at it."""
+    port = settings.llm_standin_port
     url = f"http://127.0.0.1:{port}"
-    env["OLLAMA_HOST"] = url
-    env.setdefault("VOICELANE_LLM_PRELOAD", "1")
+    env["VOICELANE_LLM__HOST"] = url
+    if "preload" not in settings.llm.model_fields_set:
+        env["VOICELANE_LLM__PRELOAD"] = "1"
     where = f"{url} (stand-in Ollama: canned replies, no model)"
     return Child("llm-standin", ["--port", str(port)], where, env, log_dir, module=STANDIN_MODULE)
 
 
-def run_stack(state_dir: Path, *, pidfile: Path | None = None, llm_standin: bool = False) -> int:
+def run_stack(
+    settings: StackSettings,
+    state_dir: Path,
+    *,
+    pidfile: Path | None = None,
+    llm_standin: bool = False,
+) -> int:
+    """Run the stack that ``settings`` (the union of its children's settings, read once from
+    this process's environment) describes, until SIGTERM/SIGINT."""
     state_dir = state_dir.resolve()
     log_dir = state_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = _environment(state_dir)
-    dev = not env.get("VOICELANE_API_KEYS")
-    os.environ.update({k: v for k, v in env.items() if k.startswith("VOICELANE_")})
-    api = ApiSettings()
-    flower = FlowerSettings()
-    grpc = GrpcSettings()
-    basic_auth(flower)  # a missing Flower login stops `up` now, saying what to set
-    env.setdefault("VOICELANE_STORAGE_LOCAL__PUBLIC_BASE_URL", f"http://{api.host}:{api.port}")
-    grpc_target = f"{grpc.grpc_host}:{grpc.grpc_port}"
+    env = _environment(settings, state_dir)
+    dev = not settings.api_keys
+    stack = settings.model_copy(update={"dev_mode": True}) if dev else settings
+    basic_auth(stack)  # a missing Flower login stops `up` now, saying what to set
+    grpc_target = f"{stack.grpc_host}:{stack.grpc_port}"
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     if pidfile is not None:
         pidfile.write_text(str(os.getpid()))
-    supervisor = Supervisor(state_dir, log_dir, redis=_own_redis(state_dir, api))
+    supervisor = Supervisor(state_dir, log_dir, redis=_own_redis(state_dir, stack))
     try:
         if supervisor.redis is not None:
             supervisor.redis.start()
-        stack = StackSettings()
         if llm_standin:
-            standin = _llm_standin(env, stack.llm_standin_port, log_dir)
+            standin = _llm_standin(env, stack, log_dir)
             supervisor.children.append(standin)
             standin.start()
         render_workers = stack.render_worker_count()
@@ -413,13 +427,13 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None, llm_standin: bool
             for n in range(1, render_workers + 1)
         ]
         metrics_port = stack.metrics_base_port
-        targets = [_target(f"{api.host}:{api.port}", "api")]
+        targets = [_target(f"{stack.host}:{stack.port}", "api")]
         for name, args, where in (
             *render,
             ("cpu-worker", ["worker", "--queues", "control,assemble"], "queues control, assemble"),
-            ("api", ["api"], f"http://{api.host}:{api.port} (OpenAPI: /docs)"),
+            ("api", ["api"], f"http://{stack.host}:{stack.port} (OpenAPI: /docs)"),
             ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)"),
-            ("flower", ["flower"], f"http://{flower.flower_host}:{flower.flower_port}"),
+            ("flower", ["flower"], f"http://{stack.flower_host}:{stack.flower_port}"),
         ):
             child_env = env
             if args[0] in ("worker", "grpc"):  # the API serves /metrics on its own port
@@ -432,8 +446,8 @@ def run_stack(state_dir: Path, *, pidfile: Path | None = None, llm_standin: bool
         # Flower's /metrics needs its login: scrape it with its own job (deploy/prometheus.yml).
         _write_targets(state_dir / TARGETS_FILE, targets)
         supervisor.write_state()
-        banner = _banner(supervisor, api.redis_url, dev)
-        _serve(supervisor, lambda: _ready(api, grpc_target), banner, stopping)
+        banner = _banner(supervisor, stack.redis_url, dev)
+        _serve(supervisor, lambda: _ready(stack, grpc_target), banner, stopping)
         return 0
     finally:
         supervisor.stop()

@@ -58,11 +58,11 @@ from tests.support.chattts_checkpoint import (  # noqa: E402
     CheckpointSize,
     build_checkpoint,
 )
-from voicelane.core.settings import BatcherSettings  # noqa: E402
+from voicelane.core.settings import BatcherSettings, ChatTTSSettings  # noqa: E402
 from voicelane.workers.batching import Batcher, Priority  # noqa: E402
 from voicelane.workers.engines import Utterance, chattts_model  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling  # noqa: E402
+from voicelane.workers.engines.chattts_config import Sampling  # noqa: E402
 from voicelane.workers.engines.chattts_loop import (  # noqa: E402
     Generation,
     StreamDecoder,

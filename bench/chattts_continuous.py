@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.tables import header
-from voicelane.core.settings import BatcherSettings
+from voicelane.core.settings import BatcherSettings, ChatTTSSettings
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Utterance
 from voicelane.workers.engines.base import PcmF32
 from voicelane.workers.engines.chattts import ChatTTSEngine
-from voicelane.workers.engines.chattts_config import ChatTTSSettings
 
 STEP_S = 512 / 24000
 TIMEOUT_S = 1800.0
@@ -135,7 +134,7 @@ def probe_first_audio_s(batcher: Batcher, scale: Scale, count: int) -> list[floa
 Row = dict[str, Any]
 
 
-def first_audio_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
+def first_audio_rows(settings: ChatTTSSettings, scale: Scale, device: str) -> list[Row]:
     print(
         f"#### a. Real-time first audio, idle vs batch lane saturated: {scale.label}\n\n"
         f"{scale.probes} streamed probes of {scale.probe_steps} steps each; saturated: "
@@ -149,7 +148,7 @@ def first_audio_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
     rows: list[Row] = []
     for continuous in (False, True):
         config = BatcherSettings(max_batch=scale.max_batch, continuous=continuous)
-        with Batcher(ChatTTSEngine(settings), config) as batcher:
+        with Batcher(ChatTTSEngine(settings, device=device), config) as batcher:
             probe_first_audio_s(batcher, scale, 1)  # warm-up
             idle = probe_first_audio_s(batcher, scale, scale.probes)
             load = BatchLaneLoad(batcher, scale)
@@ -172,7 +171,7 @@ def first_audio_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
     return rows
 
 
-def throughput_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
+def throughput_rows(settings: ChatTTSSettings, scale: Scale, device: str) -> list[Row]:
     rng = random.Random(11)
     items = [batch_item(rng, scale, index) for index in range(scale.throughput_items)]
     audio_s = sum(dict(u.params)["max_new_tokens"] for u in items) * STEP_S  # type: ignore[misc]
@@ -189,7 +188,7 @@ def throughput_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
         config = BatcherSettings(
             max_batch=scale.max_batch, continuous=continuous, max_wait_batch_s=0.5
         )
-        with Batcher(ChatTTSEngine(settings), config) as batcher:
+        with Batcher(ChatTTSEngine(settings, device=device), config) as batcher:
             started = time.perf_counter()
             futures = [batcher.submit(item) for item in items]
             lengths.append([future.result(TIMEOUT_S).size for future in futures])
@@ -203,8 +202,8 @@ def throughput_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
     return rows
 
 
-def memory_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
-    engine = ChatTTSEngine(settings)
+def memory_rows(settings: ChatTTSSettings, scale: Scale, device: str) -> list[Row]:
+    engine = ChatTTSEngine(settings, device=device)
     table: list[Row] = []
     engine.load()
     try:
@@ -250,10 +249,12 @@ def memory_rows(settings: ChatTTSSettings, scale: Scale) -> list[Row]:
     return table
 
 
-def continuous_tables(settings: ChatTTSSettings, scale: Scale) -> dict[str, list[Row]]:
+def continuous_tables(
+    settings: ChatTTSSettings, scale: Scale, device: str = "cpu"
+) -> dict[str, list[Row]]:
     """The three tables, printed; their numbers returned by table."""
     return {
-        "continuous_first_audio": first_audio_rows(settings, scale),
-        "continuous_throughput": throughput_rows(settings, scale),
-        "continuous_memory": memory_rows(settings, scale),
+        "continuous_first_audio": first_audio_rows(settings, scale, device),
+        "continuous_throughput": throughput_rows(settings, scale, device),
+        "continuous_memory": memory_rows(settings, scale, device),
     }

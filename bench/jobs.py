@@ -60,12 +60,12 @@ def s3_env() -> Iterator[dict[str, str]]:
 
     with running_s3_server() as endpoint:
         yield {
-            "VOICELANE_STORAGE_BACKEND": "s3",
-            "VOICELANE_STORAGE_S3__ENDPOINT_URL": endpoint.url,
-            "VOICELANE_STORAGE_S3__BUCKET": "bench-jobs",
-            "VOICELANE_STORAGE_S3__REGION": endpoint.region,
-            "VOICELANE_STORAGE_S3__ACCESS_KEY_ID": endpoint.access_key_id,
-            "VOICELANE_STORAGE_S3__SECRET_ACCESS_KEY": endpoint.secret_access_key,
+            "VOICELANE_STORAGE__BACKEND": "s3",
+            "VOICELANE_STORAGE__S3__ENDPOINT_URL": endpoint.url,
+            "VOICELANE_STORAGE__S3__BUCKET": "bench-jobs",
+            "VOICELANE_STORAGE__S3__REGION": endpoint.region,
+            "VOICELANE_STORAGE__S3__ACCESS_KEY_ID": endpoint.access_key_id,
+            "VOICELANE_STORAGE__S3__SECRET_ACCESS_KEY": endpoint.secret_access_key,
         }
 
 

@@ -72,8 +72,8 @@ OVERRIDES = {
     "VOICELANE_TENANT_REQUEST_BURST": "100000",
     "VOICELANE_TENANT_MAX_STREAMS": "100000",
     "VOICELANE_TENANT_MAX_QUEUED_CHARS": "1000000000",
-    "VOICELANE_LLM_MODEL": MODEL,
-    "VOICELANE_LLM_MAX_PARALLEL": "1000",
+    "VOICELANE_LLM__MODEL": MODEL,
+    "VOICELANE_LLM__MAX_PARALLEL": "1000",
 }
 
 
@@ -261,7 +261,7 @@ def main() -> None:
                 standins.append(start_standin(port, rate, directory / f"standin-{rate}.log"))
                 front = Stack(lane.directory / f"front-{rate}", redis_server.url, env_overrides={
                     **OVERRIDES, "OLLAMA_HOST": f"http://127.0.0.1:{port}",
-                    "VOICELANE_LLM_PRELOAD": "1",
+                    "VOICELANE_LLM__PRELOAD": "1",
                 })  # fmt: skip
                 front.grpc()
                 lane.procs.extend(front.procs)

@@ -14,7 +14,7 @@ ready() { grep -q "Ctrl-C stops everything" out/stack.log 2>/dev/null; }
 ollama=${OLLAMA_HOST:-http://127.0.0.1:11434}
 llm_args=(--llm-standin)
 if curl -sf --max-time 2 "$ollama/api/version" >/dev/null 2>&1; then
-    llm_args=()  # a real Ollama answers: the fronts use it (VOICELANE_LLM_MODEL picks the model)
+    llm_args=()  # a real Ollama answers: the fronts use it (VOICELANE_LLM__MODEL picks the model)
 fi
 
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then

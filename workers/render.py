@@ -150,9 +150,11 @@ def speech_at_rate(
 class EmbeddedRenderer:
     """One engine + one batcher in this process; renders text to files."""
 
-    def __init__(self, settings: EmbeddedSettings | None = None, engine: Engine | None = None):
-        self.settings = settings or EmbeddedSettings()
-        self.engine = engine or create_engine(self.settings.engine)
+    def __init__(self, settings: EmbeddedSettings, engine: Engine | None = None):
+        self.settings = settings
+        self.engine = engine or create_engine(
+            settings.engine, device=settings.device, chattts=settings.chattts
+        )
         self.batcher = Batcher(self.engine, self.settings.batcher, name="embedded")
         self.batcher.start()
 

@@ -72,7 +72,7 @@ def start_worker_process(
     if RENDER_QUEUE in queues:
         from voicelane.workers.engines import create_engine
 
-        engine = create_engine(settings.engine, device=settings.device)
+        engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
         jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
         lane = RealtimeWorkerClient.from_url(settings.redis_url, name, settings.realtime)
         lane.publish_capabilities(engine.capabilities())

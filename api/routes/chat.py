@@ -6,7 +6,7 @@
 * request: ``{"model", "messages": [{"role", "content"}], "modalities": ["text", "audio"],
   "audio": {"voice", "format"}, "stream"?}``; ``content`` is a string or a list of text parts.
   ``model``: an Ollama model name, or an OpenAI one (``gpt-…``, ``o1…``), which means the
-  server's configured model (``VOICELANE_LLM_MODEL``). ``audio.voice``: OpenAI's voice names
+  server's configured model (``VOICELANE_LLM__MODEL``). ``audio.voice``: OpenAI's voice names
   (``alloy``, ``echo``, …) speak as voicelane's ``auto``; voicelane voice ids work as they are.
 * streamed (``"stream": true``): server-sent events, OpenAI's ``chat.completion.chunk``
   objects: ``delta.audio.data`` carries base64 PCM16 (24 kHz mono little-endian, the only

@@ -48,7 +48,7 @@ async def readyz(state: State) -> JSONResponse:
             detail = " ".join(str(result).split())[:200] or type(result).__name__
             log.warning("readiness: %s: %s", name, detail)
     if not state.llm_warmup.ready:
-        problems.append("llm")  # the LLM's warm-up (VOICELANE_LLM_PRELOAD) has not finished
+        problems.append("llm")  # the LLM's warm-up (VOICELANE_LLM__PRELOAD) has not finished
     if problems:
         return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
     return JSONResponse({"status": "ready"})

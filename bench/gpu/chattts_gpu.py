@@ -57,11 +57,10 @@ import torch  # noqa: E402
 from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
 from bench.tables import header  # noqa: E402
 from tests.support.chattts_checkpoint import FULL, TINY, build_checkpoint  # noqa: E402
-from voicelane.core.settings import BatcherSettings  # noqa: E402
+from voicelane.core.settings import BatcherSettings, ChatTTSSettings  # noqa: E402
 from voicelane.workers.batching import Batcher, Priority  # noqa: E402
 from voicelane.workers.engines import Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from voicelane.workers.engines.chattts_config import ChatTTSSettings  # noqa: E402
 
 STEP_SAMPLES = 512
 STEP_S = STEP_SAMPLES / 24000
@@ -145,7 +144,7 @@ def peak_mib(device: str, run: Callable[[], object]) -> tuple[float, float]:
 
 
 def engine_for(directory: Path, options: Options) -> ChatTTSEngine:
-    return ChatTTSEngine(ChatTTSSettings(dir=directory, device=options.device, half=options.half))
+    return ChatTTSEngine(ChatTTSSettings(dir=directory, half=options.half), device=options.device)
 
 
 def chattts_params(speaker: str, steps: int) -> Any:
@@ -443,9 +442,9 @@ def continuous(directory: Path, options: Options, report: Report) -> None:
             max_steps=384, probe_steps=48, probes=10, throughput_items=128,
             memory_batches=(1, 4, 16, 64), memory_steps=256,
         )  # fmt: skip
-    settings = ChatTTSSettings(dir=directory, device=options.device, half=options.half)
+    settings = ChatTTSSettings(dir=directory, half=options.half)
     print(f"### 5. Continuous batching vs static batches ({scale.label})\n")
-    tables = continuous_tables(settings, scale)
+    tables = continuous_tables(settings, scale, options.device)
     report.tables.update(tables)
     same = tables["continuous_throughput"][-1].get("same_lengths", False)
     report.check(bool(same), "continuous and static batches give every item its length")

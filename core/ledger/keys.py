@@ -10,7 +10,7 @@ and that every family was seen.
 
 All keys start with :data:`PREFIX` except Celery's queue lists (Celery names them; the
 ledger only reads their length). The real-time lane's keys (``vl:rt:...``, ``vl:engine:...``)
-are :mod:`voicelane.core.realtime_lane`'s, not in this table.
+are :mod:`voicelane.core.lane.keys`'s, not in this table.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ implement :class:`Storage`; :func:`open_storage` picks one from :class:`StorageS
 - :mod:`voicelane.core.storage.base`: the :class:`Storage` interface, :class:`StoredObject`, and the
 key,
   prefix, content-type, file-name and link-expiry rules both backends share;
-- :mod:`voicelane.core.storage.settings`: :class:`StorageSettings` (``VOICELANE_STORAGE_*``);
+- :mod:`voicelane.core.storage.settings`: :class:`StorageSettings` (``VOICELANE_STORAGE__*``);
 - :mod:`voicelane.core.storage.local`: :class:`LocalStorage`, a directory, with HMAC-signed links;
 - :mod:`voicelane.core.storage.s3`: :class:`S3Storage`, through boto3 (imported lazily, on the first
   client: ``import voicelane.core.storage`` does not import boto3).
@@ -82,11 +82,11 @@ __all__ = [
 ]
 
 
-def open_storage(settings: StorageSettings | None = None, *, dev_mode: bool = False) -> Storage:
-    """The backend ``settings.backend`` names (settings from the environment by default).
-    ``dev_mode`` (the process's own dev mode, ``VOICELANE_DEV_MODE``) lets the local backend
-    run without a link secret. Does not touch the network: call :meth:`Storage.prepare`."""
-    settings = settings or StorageSettings()
+def open_storage(settings: StorageSettings, *, dev_mode: bool = False) -> Storage:
+    """The backend ``settings.backend`` names (``settings``: the process's ``storage``
+    section). ``dev_mode`` (the process's own dev mode, ``VOICELANE_DEV_MODE``) lets the local
+    backend run without a link secret. Does not touch the network: call
+    :meth:`Storage.prepare`."""
     if settings.backend == "s3":
         return S3Storage(settings.s3)
     local = settings.local

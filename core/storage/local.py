@@ -93,7 +93,7 @@ def _local_secret(settings: LocalStorageSettings) -> bytes:
         )
         return _dev_secret()
     raise StorageConfigError(
-        "VOICELANE_STORAGE_LOCAL__SECRET (at least 32 characters) is required "
+        "VOICELANE_STORAGE__LOCAL__SECRET (at least 32 characters) is required "
         "for the local storage backend unless dev mode is on"
     )
 

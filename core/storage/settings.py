@@ -1,6 +1,8 @@
-"""Settings of the storage backends: ``VOICELANE_STORAGE_*`` (see ``docs/storage.md``).
+"""Settings of the storage backends: ``settings.storage`` of every service,
+``VOICELANE_STORAGE__*`` (see ``docs/storage.md``).
 
-Plain pydantic models: importing this module loads neither boto3 nor a backend.
+Plain pydantic models, nested in the process's settings (:mod:`voicelane.core.settings`),
+reading nothing themselves: importing this module loads neither boto3 nor a backend.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from voicelane.core.storage.base import MAX_LINK_EXPIRY_S
 
@@ -64,15 +65,10 @@ class S3Settings(BaseModel):
         return self
 
 
-class StorageSettings(BaseSettings):
-    """Object storage: ``VOICELANE_STORAGE_BACKEND``, ``VOICELANE_STORAGE_S3__BUCKET``..."""
+class StorageSettings(BaseModel):
+    """Object storage: ``VOICELANE_STORAGE__BACKEND``, ``VOICELANE_STORAGE__S3__BUCKET``..."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="VOICELANE_STORAGE_",
-        env_nested_delimiter="__",
-        extra="ignore",
-        hide_input_in_errors=True,
-    )
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     backend: Literal["local", "s3"] = "local"
     link_expiry_s: int = Field(3600, ge=1, le=MAX_LINK_EXPIRY_S)

@@ -36,12 +36,12 @@ FINAL = ("done", "failed", "cancelled")
 
 def s3_env(endpoint: S3Endpoint, bucket: str) -> dict[str, str]:
     return {
-        "VOICELANE_STORAGE_BACKEND": "s3",
-        "VOICELANE_STORAGE_S3__ENDPOINT_URL": endpoint.url,
-        "VOICELANE_STORAGE_S3__BUCKET": bucket,
-        "VOICELANE_STORAGE_S3__REGION": endpoint.region,
-        "VOICELANE_STORAGE_S3__ACCESS_KEY_ID": endpoint.access_key_id,
-        "VOICELANE_STORAGE_S3__SECRET_ACCESS_KEY": endpoint.secret_access_key,
+        "VOICELANE_STORAGE__BACKEND": "s3",
+        "VOICELANE_STORAGE__S3__ENDPOINT_URL": endpoint.url,
+        "VOICELANE_STORAGE__S3__BUCKET": bucket,
+        "VOICELANE_STORAGE__S3__REGION": endpoint.region,
+        "VOICELANE_STORAGE__S3__ACCESS_KEY_ID": endpoint.access_key_id,
+        "VOICELANE_STORAGE__S3__SECRET_ACCESS_KEY": endpoint.secret_access_key,
     }
 
 

@@ -56,9 +56,9 @@ def lane(tmp_path_factory: pytest.TempPathFactory, standin: OllamaStandin) -> It
         redis_server.url,
         env_overrides={
             "OLLAMA_HOST": standin.url,
-            "VOICELANE_LLM_MODEL": MODEL,
-            "VOICELANE_LLM_READ_TIMEOUT_S": str(READ_TIMEOUT_S),
-            "VOICELANE_LLM_PRELOAD": "1",
+            "VOICELANE_LLM__MODEL": MODEL,
+            "VOICELANE_LLM__READ_TIMEOUT_S": str(READ_TIMEOUT_S),
+            "VOICELANE_LLM__PRELOAD": "1",
         },
     )
     try:

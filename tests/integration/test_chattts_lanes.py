@@ -43,9 +43,9 @@ def chattts_lane(
         redis_server.url,
         env_overrides={
             "OLLAMA_HOST": standin.url,
-            "VOICELANE_LLM_MODEL": "qwen2.5:7b",
+            "VOICELANE_LLM__MODEL": "qwen2.5:7b",
             "VOICELANE_ENGINE": "chattts",
-            "VOICELANE_CHATTTS_DIR": str(checkpoint.directory),
+            "VOICELANE_CHATTTS__DIR": str(checkpoint.directory),
             "VOICELANE_REALTIME__LOOKAHEAD_S": "1000",
             "VOICELANE_REALTIME__ENCODE_AHEAD_S": "1000",
             "VOICELANE_REALTIME__CLAIM_TIMEOUT_S": "60",

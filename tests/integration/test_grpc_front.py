@@ -865,3 +865,24 @@ async def test_a_client_deadline_is_capped(harness: Harness) -> None:
     assert request.deadline_ms <= time.time() * 1000 + cap_ms + 1000
     ttl_s = harness.redis.ttl(tenant_key(request.request_id))
     assert 0 < ttl_s <= harness.settings.realtime.max_deadline_s + 600
+
+
+async def test_the_fronts_llm_settings_reach_its_bridge(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The front's one settings tree carries its LLM section to the bridge it builds (no
+    settings of its own read elsewhere): ``VOICELANE_LLM__*`` and Ollama's own host."""
+    monkeypatch.setenv("VOICELANE_LLM__MODEL", "llama3:8b")
+    monkeypatch.setenv("VOICELANE_LLM__MAX_PARALLEL", "3")
+    monkeypatch.setenv("OLLAMA_HOST", "http://ollama-box:11434")
+    settings = grpc_settings(redis_url)
+    lane = RealtimeClient.from_url(redis_url, REALTIME)
+    front = await start_front(settings, lane)
+    try:
+        bridge = front.service.llm
+        assert bridge is not None and bridge.settings is settings.llm
+        assert (bridge.settings.model, bridge.settings.max_parallel) == ("llama3:8b", 3)
+        assert bridge.host == "http://ollama-box:11434"
+    finally:
+        await stop_front(front, 0)
+        await lane.close()

@@ -82,7 +82,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
         env_overrides={
             "VOICELANE_METRICS_TOKEN": METRICS_TOKEN,
             "OLLAMA_HOST": standin.url,
-            "VOICELANE_LLM_MODEL": "qwen2.5:7b",
+            "VOICELANE_LLM__MODEL": "qwen2.5:7b",
         },
     )
     process: subprocess.Popen[bytes] | None = None

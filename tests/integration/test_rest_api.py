@@ -376,3 +376,19 @@ def test_a_redis_that_is_gone_is_a_503_not_a_500(tmp_path: Path) -> None:
         response = client.get("/v1/jobs", headers=ACME)
     assert response.status_code == 503, response.text
     assert response.json()["error"]["code"] == "unavailable" and "Retry-After" in response.headers
+
+
+def test_the_apis_llm_settings_reach_its_bridge(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's bridge is built from its settings' LLM section (``VOICELANE_LLM__*`` and
+    Ollama's own host), not from settings of its own."""
+    monkeypatch.setenv("VOICELANE_LLM__MODEL", "llama3:8b")
+    monkeypatch.setenv("VOICELANE_LLM__PRELOAD", "false")
+    monkeypatch.setenv("OLLAMA_HOST", "http://ollama-box:11434")
+    settings = ApiSettings(redis_url=redis_url, api_keys=KEYS)
+    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "s", secret="s" * 40))
+    app = create_app(settings, storage=storage, enqueue=lambda *a, **k: None)
+    bridge = app.state.voicelane.llm
+    assert bridge.settings is settings.llm
+    assert (bridge.settings.model, bridge.host) == ("llama3:8b", "http://ollama-box:11434")

@@ -95,9 +95,9 @@ class Stack:
                 "VOICELANE_LEASE_TTL_S": "3",
                 "VOICELANE_RECONCILE_INTERVAL_S": "0.5",
                 "VOICELANE_STALL_TIMEOUT_S": "15",
-                "VOICELANE_STORAGE_BACKEND": "local",
-                "VOICELANE_STORAGE_LOCAL__ROOT": str(self.directory / "storage"),
-                "VOICELANE_STORAGE_LOCAL__SECRET": "test-secret-not-for-production-0123456789",
+                "VOICELANE_STORAGE__BACKEND": "local",
+                "VOICELANE_STORAGE__LOCAL__ROOT": str(self.directory / "storage"),
+                "VOICELANE_STORAGE__LOCAL__SECRET": "test-secret-not-for-production-0123456789",
                 "VOICELANE_FLOWER_BASIC_AUTH": "watcher:flower-pass",
             }
         )
@@ -150,7 +150,7 @@ class Stack:
             "--port",
             str(self.api_port),
             extra_env={
-                "VOICELANE_STORAGE_LOCAL__PUBLIC_BASE_URL": f"http://127.0.0.1:{self.api_port}"
+                "VOICELANE_STORAGE__LOCAL__PUBLIC_BASE_URL": f"http://127.0.0.1:{self.api_port}"
             },
         )
         wait_for(lambda: self._ready(proc), 60, "the API to be ready")

@@ -13,7 +13,7 @@ import voicelane.workers, voicelane.workers.batching, voicelane.workers.render
 import voicelane.workers.engines, voicelane.workers.engines.base
 import voicelane.workers.engines.chattts_config
 from voicelane.workers.engines import ENGINE_NAMES, create_engine
-from voicelane.workers.engines.chattts_config import ChatTTSSettings
+from voicelane.core.settings import ChatTTSSettings
 from voicelane.common.errors import ModelLoadError
 engine = create_engine("espeak")
 heavy = sorted(n for n in ("torch", "ChatTTS", "transformers", "numba") if n in sys.modules)

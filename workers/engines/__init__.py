@@ -6,6 +6,7 @@ Engines are imported lazily: ``import workers`` never imports an ML framework.
 from __future__ import annotations
 
 from voicelane.common.errors import ConfigError, InvalidInputError
+from voicelane.core.settings import ChatTTSSettings
 
 from .base import Engine, PcmF32, Utterance, VoiceInfo
 
@@ -15,15 +16,17 @@ ENGINE_NAMES = ("espeak", "chattts")
 CPU_ONLY_ENGINES = frozenset({"espeak"})
 
 
-def create_engine(name: str, *, device: str | None = None) -> Engine:
+def create_engine(
+    name: str, *, device: str = "cpu", chattts: ChatTTSSettings | None = None
+) -> Engine:
     """Build the engine called ``name`` (not yet loaded: the owning thread calls ``load``).
 
-    ``device`` is the worker's (``--device`` / ``VOICELANE_DEVICE``: ``cpu`` or ``cuda:N``);
-    None lets the engine's own settings decide (the embedded commands). A device the engine
-    cannot use is a :class:`~voicelane.common.errors.ConfigError` now, not a surprise at the first
-    batch.
+    ``device`` is the process's (``VOICELANE_DEVICE``, a worker's ``--device``: ``cpu`` or
+    ``cuda:N``); ``chattts`` the process's ChatTTS settings (``settings.chattts``; None: the
+    defaults). A device the engine cannot use is a
+    :class:`~voicelane.common.errors.ConfigError` now, not a surprise at the first batch.
     """
-    if name in CPU_ONLY_ENGINES and device not in (None, "cpu"):
+    if name in CPU_ONLY_ENGINES and device != "cpu":
         raise ConfigError(
             f"the {name} engine runs on the CPU; device {device} needs a GPU engine "
             "(VOICELANE_ENGINE=chattts), or use --device cpu"
@@ -38,7 +41,7 @@ def create_engine(name: str, *, device: str | None = None) -> Engine:
         require_chattts_extra()
         from .chattts import ChatTTSEngine
 
-        engine = ChatTTSEngine.from_settings(device=device)
+        engine = ChatTTSEngine(chattts or ChatTTSSettings(), device=device)
         engine.check_device()
         return engine
     raise InvalidInputError(f"unknown engine {name!r} (available: {', '.join(ENGINE_NAMES)})")

@@ -1,7 +1,7 @@
 """The ChatTTS engine: the production GPU engine, behind the shared batcher.
 
 Install with ``scripts/install-chattts.sh`` (the ``chattts`` extra). Weights come from
-``VOICELANE_CHATTTS_DIR`` only (ChatTTS's ``asset/`` layout, ``source="custom"``); nothing is
+``VOICELANE_CHATTTS__DIR`` only (ChatTTS's ``asset/`` layout, ``source="custom"``); nothing is
 downloaded. Settings, the manifest, voices and per-utterance options are in
 :mod:`voicelane.workers.engines.chattts_config`; the step loop and the decoders in
 :mod:`voicelane.workers.engines.chattts_loop`; the design in docs/chattts.md.
@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import gc
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,20 +33,19 @@ from typing import Any, TypeVar
 import torch
 
 from voicelane.common.errors import (
-    ConfigError,
     EngineError,
     EngineOutOfMemoryError,
     InvalidInputError,
     ModelLoadError,
 )
 from voicelane.core.rules import DEFAULT_VOICE, seed_of
+from voicelane.core.settings import ChatTTSSettings
 
 from .base import Engine, PcmF32, StepEvent, Utterance, VoiceInfo
 from .chattts_config import (
     MAX_SPEED,
     MIN_SPEED,
     VOICE_LANGUAGES,
-    ChatTTSSettings,
     Manifest,
     NamedVoice,
     Sampling,
@@ -165,8 +163,15 @@ class ChatTTSEngine(Engine):
     seed_voices = True
     steps = True
 
-    def __init__(self, settings: ChatTTSSettings) -> None:
+    def __init__(self, settings: ChatTTSSettings, *, device: str = "cpu") -> None:
+        """``settings``: the process's ``chattts`` section; ``device``: the process's device
+        (a worker's ``--device``, ``VOICELANE_DEVICE``), ``cpu`` or ``cuda:N``."""
+        if settings.half and not device.startswith("cuda"):
+            raise ModelLoadError(
+                f"VOICELANE_CHATTTS__HALF: half needs a CUDA device (the device is {device})"
+            )
         self.settings = settings
+        self.device = device
         self.limits = StepLimits(
             block_tokens=settings.kv_block_tokens,
             prefill_chunk_tokens=settings.prefill_chunk_tokens,
@@ -186,32 +191,13 @@ class ChatTTSEngine(Engine):
             self._parser.resolve_voice(settings.default_voice)
         except InvalidInputError as error:
             raise ModelLoadError(
-                f"VOICELANE_CHATTTS_DEFAULT_VOICE={settings.default_voice}: {error}"
+                f"VOICELANE_CHATTTS__DEFAULT_VOICE={settings.default_voice}: {error}"
             ) from None
         self._voices = self._list_voices()
         self._loaded: _Loaded | None = None
         self._seed_speakers: OrderedDict[int, torch.Tensor] = OrderedDict()
         if _UPSTREAM_LOG.level == logging.NOTSET:
             _UPSTREAM_LOG.setLevel(logging.ERROR)
-
-    @classmethod
-    def from_settings(
-        cls, settings: ChatTTSSettings | None = None, *, device: str | None = None
-    ) -> ChatTTSEngine:
-        """The engine configured by ``VOICELANE_CHATTTS_*`` (or by ``settings``), on
-        ``device`` when given: a worker's device (``--device`` / ``VOICELANE_DEVICE``) is the
-        one setting; a ``VOICELANE_CHATTTS_DEVICE`` that says otherwise is an error."""
-        if settings is None:
-            own = os.environ.get("VOICELANE_CHATTTS_DEVICE")
-            if device is not None and own and own != device:
-                raise ConfigError(
-                    f"VOICELANE_CHATTTS_DEVICE={own} disagrees with the worker's device "
-                    f"{device} (--device / VOICELANE_DEVICE): set only VOICELANE_DEVICE"
-                )
-            settings = ChatTTSSettings.from_env(**({"device": device} if device else {}))
-        elif device is not None and device != settings.device:
-            settings = ChatTTSSettings.from_env(**{**settings.model_dump(), "device": device})
-        return cls(settings)
 
     def check_device(self) -> None:
         """Raise :class:`ModelLoadError` now if the configured device is not usable here."""
@@ -250,7 +236,7 @@ class ChatTTSEngine(Engine):
 
     def memory_in_use_bytes(self) -> int:
         """The CUDA allocator's bytes on a GPU; the process's resident memory on the CPU."""
-        device = torch.device(self.settings.device)
+        device = torch.device(self.device)
         if device.type == "cuda" and torch.cuda.is_available():
             return int(torch.cuda.memory_allocated(device))
         return super().memory_in_use_bytes()
@@ -332,17 +318,17 @@ class ChatTTSEngine(Engine):
             torch.cuda.empty_cache()
 
     def _device(self) -> torch.device:
-        device = torch.device(self.settings.device)
+        device = torch.device(self.device)
         if device.type != "cuda":
             return device
         if not torch.cuda.is_available():
             raise ModelLoadError(
-                f"device {self.settings.device}: CUDA is not available here (torch "
+                f"device {self.device}: CUDA is not available here (torch "
                 f"{torch.__version__} without CUDA, or no GPU visible); use --device cpu"
             )
         if (device.index or 0) >= torch.cuda.device_count():
             raise ModelLoadError(
-                f"device {self.settings.device}: only {torch.cuda.device_count()} CUDA device(s)"
+                f"device {self.device}: only {torch.cuda.device_count()} CUDA device(s)"
             )
         return device
 
@@ -561,4 +547,4 @@ def _load_chat(chat: Any, directory: Path, device: torch.device) -> None:
         raise ModelLoadError(f"{directory}: ChatTTS refused the checkpoint (see its log)")
 
 
-__all__ = ["ChatTTSEngine", "ChatTTSSettings", "ModelLoadError", "is_out_of_memory"]
+__all__ = ["ChatTTSEngine", "ModelLoadError", "is_out_of_memory"]

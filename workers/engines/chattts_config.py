@@ -1,6 +1,7 @@
 """Configuration of the ChatTTS engine — importable without torch.
 
-* :class:`ChatTTSSettings`: environment prefix ``VOICELANE_CHATTTS_`` (docs/chattts.md).
+* The engine's settings are :class:`~voicelane.core.settings.ChatTTSSettings`, the
+  ``chattts`` section of the process's settings (``VOICELANE_CHATTTS__*``; docs/chattts.md).
 * :class:`ModelLoadError`: a checkpoint or configuration that cannot be loaded; one line that
   names the offending file. It is the operator's configuration error: permanent, and the CLI
   exits with status 2 as for any other bad input.
@@ -23,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from voicelane.common.errors import (
     EngineNotInstalledError,
     InvalidInputError,
@@ -33,6 +31,7 @@ from voicelane.common.errors import (
     UnknownVoiceError,
 )
 from voicelane.core.rules import DEFAULT_VOICE, MAX_SEED, SEED_VOICE_PREFIX, check_speed, seed_of
+from voicelane.core.settings import ChatTTSSettings
 
 from .base import Utterance, VoiceInfo
 
@@ -48,7 +47,7 @@ ASSET_FILES = (
     "asset/tokenizer/tokenizer_config.json",
     "asset/tokenizer/tokenizer.json",
 )
-"""Every file ChatTTS loads, relative to ``VOICELANE_CHATTTS_DIR``."""
+"""Every file ChatTTS loads, relative to ``VOICELANE_CHATTTS__DIR``."""
 CONFIG_SECTIONS = frozenset({"gpt", "embed", "decoder", "dvae", "vocos", "spk_stat"})
 """The ChatTTS config sections a manifest may replace."""
 
@@ -58,7 +57,6 @@ DEFAULT_SPEED_LEVEL = 5
 MIN_SPEED = 0.1
 MAX_SPEED = 1.9
 
-_DEVICE_PATTERN = re.compile(r"^(cpu|cuda:\d+)$")
 _VOICE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 _HASH_BLOCK_BYTES = 1 << 20
@@ -75,87 +73,6 @@ def require_chattts_extra() -> None:
             f"the chattts engine needs the chattts extra ({', '.join(missing)} missing): "
             "run scripts/install-chattts.sh"
         )
-
-
-# ---- settings ----------------------------------------------------------------------------
-
-
-class ChatTTSSettings(BaseSettings):
-    """The ChatTTS engine of one worker. Every field is documented in docs/chattts.md."""
-
-    model_config = SettingsConfigDict(env_prefix="VOICELANE_CHATTTS_", extra="ignore")
-
-    dir: Path | None = None
-    """The checkpoint: ChatTTS's ``asset/`` layout, plus ``voicelane-chattts.json`` when it
-    is not the official release."""
-    device: str = "cpu"
-    """``cpu`` or ``cuda:N``."""
-    half: bool = False
-    """Run the GPT in float16 (CUDA only); decoder and vocoder stay float32."""
-    memory_fraction: float | None = Field(None, gt=0.0, le=1.0)
-    """GPU memory budget as a fraction of the card (torch's per-process memory fraction)."""
-    first_chunk_steps: int = Field(24, ge=1)
-    """Streaming: decoding steps before the first chunk goes out (one step = 21.3 ms)."""
-    stream_chunk_steps: int = Field(24, ge=1)
-    """Streaming: steps between later chunks."""
-    context_steps: int = Field(32, ge=0)
-    """Streaming: steps of left context decoded with each chunk."""
-    holdback_steps: int = Field(16, ge=1)
-    """Streaming: newest steps held back (decoded as right context, emitted next time)."""
-    kv_block_tokens: int = Field(16, ge=1, le=4096)
-    """Continuous batching: tokens per KV-cache block (a row's cache is rounded up to it)."""
-    prefill_chunk_tokens: int = Field(256, ge=1)
-    """Continuous batching: prompt tokens per prefill chunk, and the most prefill work one
-    step does (a long prompt never stalls the running rows for more than this)."""
-    kv_budget_tokens: int | None = Field(None, ge=1)
-    """Continuous batching: most KV tokens reserved for the running batch (each row reserves
-    its prompt + its token budget); None: bounded by max_batch and out-of-memory backoff."""
-    voices_file: Path | None = None
-    """JSON file of named voices (speaker embeddings); see docs/chattts.md."""
-    default_voice: str = "seed:2"
-    """What ``auto`` (the embedded default voice) means for this engine."""
-    listed_seed_voices: int = Field(8, ge=0, le=1000)
-    """``voices()`` lists ``seed:0`` ... ``seed:N-1`` (any ``seed:N`` is accepted)."""
-    max_new_tokens: int = Field(2048, ge=1, le=8192)
-    """Hard cap on audio tokens (steps) per utterance: 2048 steps = 43.7 s of audio."""
-    max_tokens_per_char: int = Field(24, ge=1)
-    """Per-utterance cap: this many steps per character of text (stops runaway babbling)."""
-    min_new_tokens: int = Field(1, ge=1)
-    """No end of utterance before this many steps (1: never empty)."""
-    temperature: float = Field(0.3, gt=0.0, le=5.0)
-    top_p: float = Field(0.7, gt=0.0, le=1.0)
-    top_k: int = Field(20, ge=1, le=626)
-    repetition_penalty: float = Field(1.05, gt=0.0, le=10.0)
-    normalize_text: bool = True
-    """ChatTTS's text normalisation (character mapping; removes what it cannot speak)."""
-    homophone_replacement: bool = True
-    """ChatTTS's homophone map for Chinese characters it mispronounces."""
-
-    @field_validator("device")
-    @classmethod
-    def _device_is_cpu_or_cuda(cls, value: str) -> str:
-        if not _DEVICE_PATTERN.match(value):
-            raise ValueError(f"device must be 'cpu' or 'cuda:N', not {value!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> ChatTTSSettings:
-        if self.half and not self.device.startswith("cuda"):
-            raise ValueError("half needs a CUDA device")
-        if self.holdback_steps >= self.first_chunk_steps:
-            raise ValueError("holdback_steps must be smaller than first_chunk_steps")
-        return self
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> ChatTTSSettings:
-        """Read the environment; a bad value is a one-line :class:`ModelLoadError`."""
-        try:
-            return cls(**overrides)
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "settings"
-            name = f"VOICELANE_CHATTTS_{where.upper()}" if first["loc"] else "chattts settings"
-            raise ModelLoadError(f"{name}: {first['msg']}") from None
 
 
 # ---- checkpoint ---------------------------------------------------------------------------
@@ -179,12 +96,12 @@ class Manifest:
 def checkpoint_dir(settings: ChatTTSSettings) -> Path:
     if settings.dir is None:
         raise ModelLoadError(
-            "VOICELANE_CHATTTS_DIR is not set: point it at a ChatTTS checkpoint directory"
+            "VOICELANE_CHATTTS__DIR is not set: point it at a ChatTTS checkpoint directory"
         )
     directory = settings.dir.expanduser()
     if not directory.is_dir():
         what = "is not a directory" if directory.exists() else "no such directory"
-        raise ModelLoadError(f"VOICELANE_CHATTTS_DIR={directory}: {what}")
+        raise ModelLoadError(f"VOICELANE_CHATTTS__DIR={directory}: {what}")
     return directory
 
 
@@ -310,7 +227,7 @@ def read_voices_file(path: Path) -> dict[str, NamedVoice]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelLoadError(f"VOICELANE_CHATTTS_VOICES_FILE={path}: no such file") from None
+        raise ModelLoadError(f"VOICELANE_CHATTTS__VOICES_FILE={path}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"{path}: unreadable voices file ({error})") from None
     voices = data.get("voices") if isinstance(data, dict) else None

@@ -63,7 +63,7 @@ _FIRST_HIDDEN_CAPACITY = 64
 
 @dataclass(frozen=True, slots=True)
 class StepLimits:
-    """The running batch's bounds (``VOICELANE_CHATTTS_*`` settings)."""
+    """The running batch's bounds (``VOICELANE_CHATTTS__*`` settings)."""
 
     block_tokens: int = 16
     """Tokens per KV-cache block (a row's memory is rounded up to this)."""

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,3 +174,130 @@ def test_up_without_a_flower_login_says_what_to_set(
         "voicelane: error: set VOICELANE_FLOWER_BASIC_AUTH=user:password (or VOICELANE_DEV_MODE=1)"
     )
     assert not (tmp_path / "state" / "children.json").exists()
+
+
+# ---- each command builds its process's settings once and hands them down -----------------------
+
+
+class Captured:
+    """What a stand-in for a process's entry point was handed."""
+
+    def __init__(self) -> None:
+        self.settings: list[Any] = []
+
+    def __call__(self, settings: object, *_: object, **__: object) -> int:
+        self.settings.append(settings)
+        return 0
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The settings roots that read the environment during a command, in order."""
+    from voicelane.core.settings.environment import Environment
+
+    seen: list[str] = []
+    original = Environment.__call__
+
+    def counting(self: Environment) -> dict[str, object]:
+        seen.append(self.settings_cls.__name__)
+        return original(self)
+
+    monkeypatch.setattr(Environment, "__call__", counting)
+    return seen
+
+
+def test_each_server_command_hands_its_one_settings_tree_down(
+    monkeypatch: pytest.MonkeyPatch, reads: list[str]
+) -> None:
+    import uvicorn
+
+    from voicelane.api import flower, grpc_front, rest, stack
+    from voicelane.core.settings import (
+        ApiSettings,
+        FlowerSettings,
+        GrpcSettings,
+        Root,
+        StackSettings,
+        WorkerSettings,
+    )
+    from voicelane.workers import runtime
+
+    monkeypatch.setenv("VOICELANE_LLM__MODEL", "llama3:8b")
+    monkeypatch.setenv("VOICELANE_BATCHER__MAX_BATCH", "7")
+    monkeypatch.setenv("VOICELANE_DEV_MODE", "1")
+    entry: dict[str, tuple[Any, str, type[Root]]] = {
+        "worker": (runtime, "run_worker", WorkerSettings),
+        "api": (rest, "create_app", ApiSettings),
+        "grpc": (grpc_front, "run_grpc", GrpcSettings),
+        "flower": (flower, "run_flower", FlowerSettings),
+        "up": (stack, "run_stack", StackSettings),
+    }
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    for command, (module, name, root) in entry.items():
+        captured = Captured()
+        monkeypatch.setattr(module, name, captured)
+        reads.clear()
+        flags = ["--port", "9999"] if command in ("api", "grpc", "flower") else []
+        assert main([command, *flags]) == 0, command
+        assert len(captured.settings) == 1 and type(captured.settings[0]) is root, command
+        settings: Any = captured.settings[0]
+        assert reads == ["CliSettings", root.__name__], command  # the environment, once each
+        if command in ("api", "grpc", "up"):
+            assert settings.llm.model == "llama3:8b"
+        if command in ("worker", "up"):
+            assert settings.batcher.max_batch == 7
+        if flags:  # a flag is a keyword of the root: it wins over the environment
+            port = {"api": "port", "grpc": "grpc_port", "flower": "flower_port"}[command]
+            assert getattr(settings, port) == 9999
+
+
+def test_the_client_commands_take_key_and_server_from_the_cli_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import voicelane.client
+    from voicelane.common.errors import UnavailableError
+
+    asked: list[tuple[str, str]] = []
+
+    class Jobs:
+        def __init__(self, server: str, key: str) -> None:
+            asked.append((server, key))
+
+        def submit(self, *_: object, **__: object) -> dict[str, object]:
+            raise UnavailableError("stand-in: no server")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(voicelane.client, "JobsClient", Jobs)
+    text = tmp_path / "in.txt"
+    text.write_text("Hello.")
+    monkeypatch.delenv("VOICELANE_API_KEY", raising=False)
+    assert main(["jobs", "submit", str(text)]) == 2
+    assert "give --key or set VOICELANE_API_KEY" in capsys.readouterr().err
+    monkeypatch.setenv("VOICELANE_API_KEY", "env-key-0123")
+    monkeypatch.setenv("VOICELANE_SERVER", "http://api.example:8000")
+    assert main(["jobs", "submit", str(text)]) != 0
+    assert main(["jobs", "submit", str(text), "--key", "flag-key", "--server", "http://x"]) != 0
+    assert asked == [("http://api.example:8000", "env-key-0123"), ("http://x", "flag-key")]
+
+
+def test_debug_shows_the_traceback_and_a_bad_value_is_a_bad_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from voicelane.api import rest
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(rest, "create_app", broken)
+    monkeypatch.setenv("VOICELANE_DEV_MODE", "1")
+    monkeypatch.delenv("VOICELANE_DEBUG", raising=False)
+    assert main(["api"]) == 1
+    assert capsys.readouterr().err == "voicelane: error: internal error: RuntimeError: boom\n"
+    monkeypatch.setenv("VOICELANE_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["api"])
+    monkeypatch.setenv("VOICELANE_DEBUG", "sometimes")
+    assert main(["api"]) == 2
+    assert capsys.readouterr().err.startswith("voicelane: error: bad setting VOICELANE_DEBUG: ")

@@ -24,7 +24,6 @@ from voicelane.api.llm import (
     ChatTurn,
     LlmBridge,
     LlmReply,
-    LlmSettings,
     estimate_tokens,
     prepare_messages,
 )
@@ -36,6 +35,7 @@ from voicelane.api.ollama_standin import (
     tokenize,
 )
 from voicelane.common.errors import (
+    ConfigError,
     DeadlineExceededError,
     InvalidInputError,
     NotFoundError,
@@ -43,6 +43,7 @@ from voicelane.common.errors import (
     grpc_status_name,
     http_status,
 )
+from voicelane.core.settings import ApiSettings, FrontSettings, GrpcSettings, LlmSettings
 
 TEST_TIMEOUT_S = 30.0
 MODEL = DEFAULT_MODELS[1]
@@ -484,18 +485,53 @@ async def test_preload_sends_an_empty_request(standin: OllamaStandin) -> None:
     assert MODEL in standin.loaded
 
 
-def test_settings_default_to_ollamas_own_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OLLAMA_HOST", "OLLAMA_NUM_PARALLEL", "VOICELANE_LLM_HOST"):
+@pytest.mark.parametrize("front", [ApiSettings, GrpcSettings])
+def test_settings_default_to_ollamas_own_variables(
+    monkeypatch: pytest.MonkeyPatch, front: type[FrontSettings]
+) -> None:
+    """A front's ``llm`` section takes Ollama's own variables as its defaults; its own
+    ``VOICELANE_LLM__*`` win over them."""
+    for name in ("OLLAMA_HOST", "OLLAMA_NUM_PARALLEL", "VOICELANE_LLM__HOST"):
         monkeypatch.delenv(name, raising=False)
-    defaults = LlmSettings()
+    defaults = front().llm
+    assert defaults == LlmSettings()
     assert defaults.host == "http://127.0.0.1:11434"
     assert defaults.max_parallel == 1
     assert (defaults.model, defaults.keep_alive, defaults.num_ctx) == ("qwen2.5:7b", "30m", 2048)
     monkeypatch.setenv("OLLAMA_HOST", "http://gpu-box:11434")
     monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "4")
-    assert LlmSettings().host == "http://gpu-box:11434"
-    assert LlmSettings().max_parallel == 4
-    monkeypatch.setenv("VOICELANE_LLM_HOST", "http://other:11434")
-    monkeypatch.setenv("VOICELANE_LLM_MAX_PARALLEL", "3")
-    assert LlmSettings().host == "http://other:11434"
-    assert LlmSettings().max_parallel == 3
+    assert front().llm.host == "http://gpu-box:11434"
+    assert front().llm.max_parallel == 4
+    monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "0")  # Ollama's "choose for me": not a count
+    assert front().llm.max_parallel == 1
+    monkeypatch.setenv("VOICELANE_LLM__HOST", "http://other:11434")
+    monkeypatch.setenv("VOICELANE_LLM__MAX_PARALLEL", "3")
+    assert front().llm.host == "http://other:11434"
+    assert front().llm.max_parallel == 3
+
+
+def test_an_old_llm_variable_is_refused_naming_the_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICELANE_LLM_MODEL", "llama3:8b")
+    with pytest.raises(ConfigError, match="VOICELANE_LLM_MODEL is now VOICELANE_LLM__MODEL"):
+        ApiSettings()
+
+
+@async_test
+async def test_the_cap_belongs_to_the_bridge(standin: OllamaStandin) -> None:
+    """Each bridge has its own ``max_parallel`` slots, sized by its own settings (a front
+    process has one): a second bridge to the same host neither shares nor resizes them."""
+    standin.hold()
+    async with (
+        bridge_to(standin.url, max_parallel=1) as one,
+        bridge_to(standin.url, max_parallel=2) as two,
+    ):
+        first = asyncio.create_task(one.reply(QUESTION))
+        await standin.wait_until(lambda s: s.in_flight == 1)
+        more = [asyncio.create_task(two.reply(QUESTION)) for _ in range(2)]
+        await standin.wait_until(lambda s: s.in_flight == 3)
+        queued = asyncio.create_task(one.reply(QUESTION))  # waits for `one`'s only slot
+        standin.release()
+        for reply in await asyncio.gather(first, *more, queued):
+            async with contextlib.aclosing(reply):
+                assert [d async for d in reply]
+    assert standin.max_in_flight == 3

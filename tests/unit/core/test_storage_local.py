@@ -25,6 +25,7 @@ from voicelane.common.errors import (
     StorageUnavailableError,
     VoicelaneError,
 )
+from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import (
     MAX_LINK_EXPIRY_S,
     MIB,
@@ -462,7 +463,7 @@ def test_content_disposition() -> None:
 
 
 def test_secret_is_required_outside_dev_mode(tmp_path: Path) -> None:
-    with pytest.raises(StorageConfigError, match="VOICELANE_STORAGE_LOCAL__SECRET") as caught:
+    with pytest.raises(StorageConfigError, match="VOICELANE_STORAGE__LOCAL__SECRET") as caught:
         LocalStorage(LocalStorageSettings(root=tmp_path))
     assert caught.value.permanent
     with pytest.raises(ValidationError) as invalid:
@@ -496,16 +497,17 @@ def test_ping(storage: LocalStorage) -> None:
 
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("VOICELANE_STORAGE_BACKEND", "s3")
-    monkeypatch.setenv("VOICELANE_STORAGE_LINK_EXPIRY_S", "120")
-    monkeypatch.setenv("VOICELANE_STORAGE_S3__ENDPOINT_URL", "http://minio:9000")
-    monkeypatch.setenv("VOICELANE_STORAGE_S3__BUCKET", "audio-files")
-    monkeypatch.setenv("VOICELANE_STORAGE_S3__ACCESS_KEY_ID", "key")
-    monkeypatch.setenv("VOICELANE_STORAGE_S3__SECRET_ACCESS_KEY", "very-secret-value")
-    monkeypatch.setenv("VOICELANE_STORAGE_S3__MAX_ATTEMPTS", "3")
-    monkeypatch.setenv("VOICELANE_STORAGE_LOCAL__ROOT", str(tmp_path))
+    monkeypatch.setenv("VOICELANE_STORAGE__BACKEND", "s3")
+    monkeypatch.setenv("VOICELANE_STORAGE__LINK_EXPIRY_S", "120")
+    monkeypatch.setenv("VOICELANE_STORAGE__S3__ENDPOINT_URL", "http://minio:9000")
+    monkeypatch.setenv("VOICELANE_STORAGE__S3__BUCKET", "audio-files")
+    monkeypatch.setenv("VOICELANE_STORAGE__S3__ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("VOICELANE_STORAGE__S3__SECRET_ACCESS_KEY", "very-secret-value")
+    monkeypatch.setenv("VOICELANE_STORAGE__S3__MAX_ATTEMPTS", "3")
+    monkeypatch.setenv("VOICELANE_STORAGE__LOCAL__ROOT", str(tmp_path))
 
-    settings = StorageSettings()
+    service = ServiceSettings()  # storage is read as part of a service's settings
+    settings = service.storage
 
     assert settings.backend == "s3"
     assert settings.link_expiry_s == 120
@@ -515,6 +517,7 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert settings.s3.addressing_style == "path"
     assert settings.local.root == tmp_path
     assert "very-secret-value" not in repr(settings)
+    assert "very-secret-value" not in repr(service)
 
 
 def test_settings_validation(tmp_path: Path) -> None:

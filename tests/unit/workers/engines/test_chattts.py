@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from tests.unit.workers.engines.conftest import chattts_infer_codes, require_chattts_extra
 
@@ -37,7 +38,12 @@ from voicelane.common.errors import (  # noqa: E402
     exit_status,
     is_permanent,
 )
-from voicelane.core.settings import BatcherSettings  # noqa: E402
+from voicelane.core.settings import (  # noqa: E402
+    BatcherSettings,
+    ChatTTSSettings,
+    EmbeddedSettings,
+    WorkerSettings,
+)
 from voicelane.workers.batching import AudioStream, Batcher, Priority  # noqa: E402
 from voicelane.workers.engines import (  # noqa: E402
     PcmF32,
@@ -47,7 +53,7 @@ from voicelane.workers.engines import (  # noqa: E402
     create_engine,
 )
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling, UtteranceParser  # noqa: E402
+from voicelane.workers.engines.chattts_config import Sampling, UtteranceParser  # noqa: E402
 from voicelane.workers.engines.chattts_loop import Generation  # noqa: E402
 from voicelane.workers.engines.chattts_model import Row, decorate_prompt  # noqa: E402
 
@@ -71,7 +77,7 @@ def samples(steps: int) -> int:
 
 def settings_for(checkpoint: Checkpoint | Path, **overrides: object) -> ChatTTSSettings:
     directory = checkpoint.directory if isinstance(checkpoint, Checkpoint) else checkpoint
-    return ChatTTSSettings(dir=directory, **overrides)  # type: ignore[arg-type]
+    return ChatTTSSettings(dir=directory, **overrides)
 
 
 def read_all(stream: AudioStream) -> list[PcmF32]:
@@ -446,17 +452,17 @@ def test_manifest_fields_are_checked(checkpoint_copy: Path) -> None:
 
 
 def test_directory_and_settings_errors_are_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="VOICELANE_CHATTTS_DIR is not set"):
+    with pytest.raises(ModelLoadError, match="VOICELANE_CHATTTS__DIR is not set"):
         ChatTTSEngine(ChatTTSSettings(dir=None)).load()
     with pytest.raises(ModelLoadError, match="no such directory"):
         ChatTTSEngine(settings_for(tmp_path / "absent")).load()
-    with pytest.raises(ModelLoadError, match=r"VOICELANE_CHATTTS_DEVICE: .*cpu"):
-        ChatTTSSettings.from_env(device="gpu")
+    with pytest.raises(ValidationError, match=r"device\n +String should match pattern"):
+        WorkerSettings(device="gpu")
     with pytest.raises(ModelLoadError, match="half needs a CUDA device"):
-        ChatTTSSettings.from_env(half=True)
+        ChatTTSEngine(ChatTTSSettings(half=True), device="cpu")
     if not torch.cuda.is_available():
         with pytest.raises(ModelLoadError, match="CUDA is not available"):
-            ChatTTSEngine(settings_for(tmp_path, device="cuda:0")).load()
+            ChatTTSEngine(settings_for(tmp_path), device="cuda:0").load()
 
 
 # ---- memory --------------------------------------------------------------------------------
@@ -550,29 +556,32 @@ def test_unload_and_reload_keep_resident_memory_flat(chattts_checkpoint: Checkpo
 # ---- registration and the CLI ----------------------------------------------------------------
 
 
-def test_create_engine_builds_chattts_from_the_environment(
+def test_create_engine_builds_chattts_from_the_processs_settings(
     chattts_checkpoint: Checkpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VOICELANE_CHATTTS_DIR", str(chattts_checkpoint.directory))
-    monkeypatch.setenv("VOICELANE_CHATTTS_LISTED_SEED_VOICES", "2")
-    engine = create_engine("chattts")
+    """The engine is configured by the process's ``chattts`` section, read with the rest of
+    its settings (``VOICELANE_CHATTTS__*``); a bad value fails that reading, by its path."""
+    monkeypatch.setenv("VOICELANE_CHATTTS__DIR", str(chattts_checkpoint.directory))
+    monkeypatch.setenv("VOICELANE_CHATTTS__LISTED_SEED_VOICES", "2")
+    settings = WorkerSettings(engine="chattts")
+    engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
     assert isinstance(engine, ChatTTSEngine)
     assert [v.id for v in engine.voices()] == ["auto", "seed:0", "seed:1"]
-    monkeypatch.setenv("VOICELANE_CHATTTS_CONTEXT_STEPS", "-1")
-    with pytest.raises(ModelLoadError, match="VOICELANE_CHATTTS_CONTEXT_STEPS"):
-        create_engine("chattts")
+    monkeypatch.setenv("VOICELANE_CHATTTS__CONTEXT_STEPS", "-1")
+    with pytest.raises(ValidationError, match=r"chattts\.context_steps"):
+        WorkerSettings(engine="chattts")
 
 
 def test_the_workers_device_reaches_chattts(
     chattts_checkpoint: Checkpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--device`` / ``VOICELANE_DEVICE`` is the one device setting: it reaches the engine,
-    a CUDA device without CUDA is refused before anything loads, and a ChatTTS device setting
-    that disagrees is an error rather than silently winning or losing."""
-    monkeypatch.setenv("VOICELANE_CHATTTS_DIR", str(chattts_checkpoint.directory))
-    monkeypatch.delenv("VOICELANE_CHATTTS_DEVICE", raising=False)
-    engine = create_engine("chattts", device="cpu")
-    assert isinstance(engine, ChatTTSEngine) and engine.settings.device == "cpu"
+    a CUDA device without CUDA is refused before anything loads, and the old ChatTTS device
+    variable stops the process with one line saying what to set instead."""
+    monkeypatch.setenv("VOICELANE_CHATTTS__DIR", str(chattts_checkpoint.directory))
+    settings = WorkerSettings(engine="chattts", device="cpu")
+    engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
+    assert isinstance(engine, ChatTTSEngine) and engine.device == "cpu"
     engine.load()
     try:
         assert engine._require().model.device == torch.device("cpu")
@@ -580,10 +589,15 @@ def test_the_workers_device_reaches_chattts(
         engine.unload()
     if not torch.cuda.is_available():
         with pytest.raises(ModelLoadError, match="cuda:0: CUDA is not available here"):
-            create_engine("chattts", device="cuda:0")
-    monkeypatch.setenv("VOICELANE_CHATTTS_DEVICE", "cpu")
-    with pytest.raises(ConfigError, match="VOICELANE_CHATTTS_DEVICE=cpu disagrees"):
-        create_engine("chattts", device="cuda:1")
+            create_engine("chattts", device="cuda:0", chattts=settings.chattts)
+    for old in ("VOICELANE_CHATTTS_DEVICE", "VOICELANE_CHATTTS__DEVICE"):
+        with monkeypatch.context() as env:
+            env.setenv(old, "cpu")  # even one that agrees: there is one device setting
+            for root in (WorkerSettings, EmbeddedSettings):
+                with pytest.raises(
+                    ConfigError, match=f"{old} is no longer read: .*VOICELANE_DEVICE"
+                ):
+                    root(device="cpu")
 
 
 def test_espeak_refuses_a_gpu_device() -> None:
@@ -593,12 +607,18 @@ def test_espeak_refuses_a_gpu_device() -> None:
 
 
 def test_a_worker_with_a_device_it_cannot_use_exits_2_with_one_line(tmp_path: Path) -> None:
-    env = {**os.environ, "VOICELANE_DEV_MODE": "1", "VOICELANE_STORAGE_LOCAL__ROOT": str(tmp_path)}
-    for args, message in (
-        (["--device", "cuda:x"], "bad setting VOICELANE_DEVICE"),
-        (["--device", "cuda:0"], "the espeak engine runs on the CPU"),
+    env = {**os.environ, "VOICELANE_DEV_MODE": "1", "VOICELANE_STORAGE__LOCAL__ROOT": str(tmp_path)}
+    for args, more, message in (
+        (["--device", "cuda:x"], {}, "bad setting VOICELANE_DEVICE"),
+        (["--device", "cuda:0"], {}, "the espeak engine runs on the CPU"),
+        (
+            ["--device", "cuda:0"],
+            {"VOICELANE_CHATTTS_DEVICE": "cuda:0"},
+            "voicelane: error: VOICELANE_CHATTTS_DEVICE is no longer read: the engine runs on "
+            "the process's device: set VOICELANE_DEVICE (a worker's --device) instead\n",
+        ),
     ):
-        done = _cli(["worker", *args], env, Path.cwd())
+        done = _cli(["worker", *args], {**env, **more}, Path.cwd())
         assert done.returncode == 2, done.stderr
         assert message in done.stderr and "Traceback" not in done.stderr
 
@@ -621,11 +641,11 @@ def test_cli_renders_with_chattts_and_rejects_a_missing_dir(
     text = tmp_path / "input.txt"
     text.write_text("Hello world. 你好世界。\n")
     env = {
-        "VOICELANE_CHATTTS_DIR": str(chattts_checkpoint.directory),
-        "VOICELANE_CHATTTS_NORMALIZE_TEXT": "false",
-        "VOICELANE_CHATTTS_HOMOPHONE_REPLACEMENT": "false",
-        "VOICELANE_CHATTTS_MIN_NEW_TOKENS": "8",
-        "VOICELANE_CHATTTS_MAX_NEW_TOKENS": "24",
+        "VOICELANE_CHATTTS__DIR": str(chattts_checkpoint.directory),
+        "VOICELANE_CHATTTS__NORMALIZE_TEXT": "false",
+        "VOICELANE_CHATTTS__HOMOPHONE_REPLACEMENT": "false",
+        "VOICELANE_CHATTTS__MIN_NEW_TOKENS": "8",
+        "VOICELANE_CHATTTS__MAX_NEW_TOKENS": "24",
     }
     output = tmp_path / "out.wav"
     args = ["render", str(text), "-o", str(output), "--engine", "chattts", "--voice", "seed:5"]
@@ -633,9 +653,15 @@ def test_cli_renders_with_chattts_and_rejects_a_missing_dir(
     assert rendered.returncode == 0, rendered.stderr
     assert output.stat().st_size > 44 + 2 * samples(8)  # a WAV header and audio
 
-    missing = _cli(args, {**env, "VOICELANE_CHATTTS_DIR": str(tmp_path / "nope")}, tmp_path)
+    missing = _cli(args, {**env, "VOICELANE_CHATTTS__DIR": str(tmp_path / "nope")}, tmp_path)
     assert missing.returncode == 2
     lines = missing.stderr.strip().splitlines()
     assert lines == [
-        f"voicelane: error: VOICELANE_CHATTTS_DIR={tmp_path / 'nope'}: no such directory"
+        f"voicelane: error: VOICELANE_CHATTTS__DIR={tmp_path / 'nope'}: no such directory"
+    ]
+    bad = _cli(args, {**env, "VOICELANE_CHATTTS__CONTEXT_STEPS": "-1"}, tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "voicelane: error: bad setting VOICELANE_CHATTTS__CONTEXT_STEPS: "
+        "Input should be greater than or equal to 0"
     ]

@@ -23,11 +23,10 @@ from voicelane.common.errors import (  # noqa: E402
     DeadlineExceededError,
     EngineOutOfMemoryError,
 )
-from voicelane.core.settings import BatcherSettings  # noqa: E402
+from voicelane.core.settings import BatcherSettings, ChatTTSSettings  # noqa: E402
 from voicelane.workers.batching import Batcher, Priority  # noqa: E402
 from voicelane.workers.engines.base import PcmF32, Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from voicelane.workers.engines.chattts_config import ChatTTSSettings  # noqa: E402
 from voicelane.workers.engines.chattts_steps import ChatTTSSteps  # noqa: E402
 
 TIMEOUT_S = 120.0

@@ -21,9 +21,10 @@ require_chattts_extra()
 import torch  # noqa: E402
 
 from voicelane.common.errors import EngineOutOfMemoryError  # noqa: E402
+from voicelane.core.settings import ChatTTSSettings  # noqa: E402
 from voicelane.workers.engines.base import PcmF32, Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from voicelane.workers.engines.chattts_config import ChatTTSSettings, Sampling  # noqa: E402
+from voicelane.workers.engines.chattts_config import Sampling  # noqa: E402
 from voicelane.workers.engines.chattts_loop import Generation, decode_rows  # noqa: E402
 from voicelane.workers.engines.chattts_model import Row, decorate_prompt  # noqa: E402
 from voicelane.workers.engines.chattts_steps import ChatTTSSteps  # noqa: E402

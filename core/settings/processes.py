@@ -1,0 +1,253 @@
+"""The roots: one settings tree per process kind, built once when the process starts.
+
+Each command of ``voicelane`` (:mod:`voicelane.api.cli`) builds its process's root — its flags
+as keyword arguments, the environment read once (:class:`~voicelane.core.settings.environment.Root`)
+— and hands it, or the sections it holds, down to what it runs. Shared parts are declared once:
+the Redis URL in :class:`RedisSettings`, what every service reads in :class:`ServiceSettings`
+(storage, the real-time lane), the API keys and the LLM in :class:`FrontSettings`, the
+device, batcher and ChatTTS of a process that runs an engine in :class:`EngineSettings`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, Field, field_validator
+
+from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.errors import ConfigError
+from voicelane.core.rules import DEFAULT_VOICE
+from voicelane.core.settings.environment import Root
+from voicelane.core.settings.sections import (
+    BatcherSettings,
+    ChatTTSSettings,
+    LlmSettings,
+    RealtimeSettings,
+)
+from voicelane.core.storage import StorageSettings
+
+DEVICE_PATTERN = r"^(cpu|cuda:\d+)$"
+CPU_ENGINES = frozenset({"espeak"})
+"""Engines that run on the CPU: for them a core is the device."""
+
+
+class EngineSettings(BaseModel):
+    """What a process that runs an engine adds (a worker, the embedded commands)."""
+
+    device: str = Field("cpu", pattern=DEVICE_PATTERN)
+    """The engine's device: ``cpu`` or ``cuda:N`` (a worker's ``--device``); a GPU engine
+    runs there, a CPU engine (espeak) refuses anything but ``cpu``. The one device setting."""
+    batcher: BatcherSettings = Field(default_factory=BatcherSettings)
+    chattts: ChatTTSSettings = Field(default_factory=ChatTTSSettings)
+    """The ChatTTS engine's settings (used when ``engine`` is ``chattts``)."""
+
+
+class EmbeddedSettings(Root, EngineSettings):
+    """``voicelane render`` / ``say`` / ``voices``: one engine in this process, no servers."""
+
+    engine: str = "espeak"
+    voice: str = DEFAULT_VOICE
+    sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ
+    max_segment_chars: int = Field(300, ge=20)
+    max_text_chars: int = Field(10_000_000, ge=1)
+    paragraph_pause_s: float = Field(0.3, ge=0)
+    opus_bitrate_bps: int = Field(32000, ge=6000, le=510000)
+    render_window: int = Field(256, ge=1)
+    """Segments in flight ahead of the encoder: bounds memory on book-sized input."""
+
+
+class CliSettings(Root):
+    """The command line's own settings (every command): the client commands' key and server,
+    and whether an unexpected error shows its traceback."""
+
+    api_key: str | None = None
+    """The key of ``say --server``, ``chat`` and ``jobs submit`` when ``--key`` is not given."""
+    server: str = "http://127.0.0.1:8000"
+    """The REST API ``jobs submit`` talks to when ``--server`` is not given."""
+    debug: bool = False
+    """Show the traceback of an unexpected error instead of one line."""
+
+
+class RedisSettings(Root):
+    """``voicelane redis``: a Redis of our own; the base of every service's settings."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_maxmemory_bytes: int = Field(1024**3, ge=16 * 1024**2)
+    """The memory budget of a Redis that voicelane starts itself (``voicelane up``,
+    ``voicelane redis``); past it Redis refuses writes (``noeviction``) and new work gets
+    503 / RESOURCE_EXHAUSTED. The budget is sized in docs/operations.md."""
+
+
+class ServiceSettings(RedisSettings):
+    """What every service process shares (workers, API, gRPC front, Flower, ``up``)."""
+
+    dev_mode: bool = False
+    """Allows built-in development secrets (API key, Flower password). Never in production."""
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    """Where a worker or the gRPC front serves its Prometheus ``/metrics`` (None: not served;
+    the REST API serves it on its own port). ``voicelane up`` gives each process one."""
+    metrics_host: str = "127.0.0.1"
+    engine: str = "espeak"
+    max_text_chars: int = Field(1_000_000, ge=1)
+    max_segment_chars: int = Field(300, ge=20)
+    chunk_target_audio_s: float = Field(20.0, gt=0)
+    """A job's chunks hold about this much audio (estimated from the text)."""
+    chunk_max_chars: int = Field(1200, ge=20)
+    paragraph_pause_s: float = Field(0.3, ge=0)
+    max_chunk_attempts: int = Field(3, ge=1)
+    lease_ttl_s: float = Field(10.0, gt=0)
+    """A chunk's lease lapses this long after its worker stopped renewing it (died)."""
+    render_time_limit_s: float = Field(600.0, gt=0)
+    """Longest a chunk may take (queue wait in the batcher included) before it is retried."""
+    stall_timeout_s: float = Field(120.0, gt=0)
+    """A job with no progress for this long gets its unfinished work re-enqueued."""
+    reconcile_interval_s: float = Field(2.0, gt=0)
+    callback_timeout_s: float = Field(5.0, gt=0)
+    callback_max_attempts: int = Field(5, ge=1)
+    callback_signing_secret: str | None = None
+    """Master secret of the callback signatures (each tenant's secret is derived from it);
+    required for callbacks unless dev_mode. See docs/security.md."""
+    callback_allow: str = ""
+    """Comma-separated hosts and networks (CIDR) callbacks may reach even though they are
+    private, loopback or link-local (an operator's own receivers); empty: none."""
+
+    @field_validator("callback_allow")
+    @classmethod
+    def _allow_list_parses(cls, value: str) -> str:
+        from voicelane.core.callbacks import AllowList
+
+        try:
+            AllowList.parse(value)
+        except ConfigError as error:
+            raise ValueError(error.message) from None
+        return value
+
+    max_stream_text_chars: int = Field(20_000, ge=1)
+    """Longest text one real-time stream may speak (in total, for Converse)."""
+    tenant_requests_per_s: float = Field(20.0, gt=0)
+    """Submissions (jobs and streams, every front together) a tenant may make per second,
+    sustained; over it: 429 / RESOURCE_EXHAUSTED with a retry hint."""
+    tenant_request_burst: int = Field(40, ge=1)
+    """...and in one burst."""
+    tenant_max_queued_chars: int = Field(5_000_000, ge=1)
+    """Characters of a tenant's unfinished jobs, together (5 M characters are about 90 hours
+    of speech): bounds what one tenant can put in Redis."""
+    tenant_max_streams: int = Field(16, ge=1)
+    """Real-time streams one tenant may hold open at once (every front together)."""
+    job_retention_s: float = Field(30 * 24 * 3600.0, gt=0)
+    """A job that ended is forgotten this long after: its record and its files (the
+    reconciler sweeps them). Its id then answers 404."""
+    render_queue_target: int = Field(16, ge=1)
+    """Chunks kept waiting in the ``render`` queue; the rest wait in per-tenant lists and are
+    fed in turn (round robin over tenants). Keep it about the number of render threads of
+    all GPU workers: higher keeps GPUs busier, lower lets a new tenant in sooner."""
+    realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    """Object storage (``VOICELANE_STORAGE__*``, docs/storage.md)."""
+
+
+class WorkerSettings(ServiceSettings, EngineSettings):
+    """``voicelane worker``: one engine + one batcher + a Celery consumer (GPU side), or the
+    CPU side (``--queues control,assemble``) without an engine."""
+
+    concurrency: int | None = Field(None, ge=1)
+    """Celery threads: chunks rendered at once, all feeding the one batcher. None: 16 for an
+    engine that batches, 4 for one that renders one utterance at a time (espeak) — more
+    threads would only compete with real-time sessions for the process's CPU."""
+    queues: str = "render"
+    realtime_enabled: bool = True
+    """A render worker also serves the real-time lane (its stream requests)."""
+    gil_switch_interval_s: float = Field(0.001, ge=0)
+    """``sys.setswitchinterval`` of a render worker (Python's default is 0.005): how long a
+    busy thread may keep the GIL from a real-time session that woke up. 0: leave it."""
+
+
+class FrontSettings(ServiceSettings):
+    """What the two fronts that take API keys share (REST and gRPC)."""
+
+    api_keys: str | None = None
+    """``tenant:key,tenant:key``; required unless dev_mode (then ``demo:demo-key``)."""
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+    """The front's LLM bridge (``VOICELANE_LLM__*``; docs/llm.md)."""
+
+
+class ApiSettings(FrontSettings):
+    """``voicelane api``: the REST front."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    max_upload_bytes: int = Field(8 * 1024 * 1024, ge=1)
+    """Largest job body (JSON or upload); bigger bodies are refused while they stream in."""
+    page_size_max: int = Field(100, ge=1)
+    websocket_auth_timeout_s: float = Field(5.0, gt=0)
+    """A WebSocket must send its request (and key) within this, or it is closed."""
+    websocket_max_per_address: int = Field(32, ge=1)
+    """Open WebSockets per client address (this API process); more are closed at once."""
+    websocket_max_connections: int = Field(2000, ge=1)
+    """Open WebSockets in this API process, all clients together."""
+    metrics_token: str | None = None
+    """Bearer token for ``/metrics``; unset: ``/metrics`` is open in dev mode only."""
+
+
+class GrpcSettings(FrontSettings):
+    """``voicelane grpc``: the thin gRPC front of the real-time lane."""
+
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = Field(50051, ge=1, le=65535)
+    max_message_bytes: int = Field(1024 * 1024, ge=1024)
+    max_concurrent_rpcs: int = Field(1000, ge=1)
+    keepalive_time_s: float = Field(30.0, gt=0)
+    keepalive_timeout_s: float = Field(10.0, gt=0)
+    shutdown_grace_s: float = Field(5.0, ge=0)
+
+
+class FlowerSettings(ServiceSettings):
+    """``voicelane flower``: read-only Flower with basic auth."""
+
+    flower_host: str = "127.0.0.1"
+    flower_port: int = Field(5555, ge=1, le=65535)
+    flower_basic_auth: str | None = None
+    """``user:password``; required unless dev_mode (then ``admin:admin``)."""
+
+
+class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, FlowerSettings):
+    """``voicelane up``: the whole stack on one machine. Its tree is the union of its
+    children's (they read the same environment), so a setting any child would refuse stops
+    ``up`` at start instead of a child in a restart loop."""
+
+    render_workers: int | None = Field(None, ge=1)
+    """Render (GPU-side) worker processes. None: one per CPU core for a CPU engine (one
+    batcher per device, a core being the device: each process has its own GIL), one for a
+    GPU engine (one worker per GPU; run more by hand on a multi-GPU host)."""
+
+    metrics_base_port: int = Field(9101, ge=1, le=65000)
+    """The workers and the gRPC front serve ``/metrics`` on consecutive ports from here (the
+    API on its own port); the list is written to ``{state_dir}/prometheus-targets.json``."""
+
+    llm_standin_port: int = Field(11434, ge=1, le=65535)
+    """``up --llm-standin``: the port of the stand-in Ollama server (Ollama's own port)."""
+
+    def render_worker_count(self) -> int:
+        if self.render_workers is not None:
+            return self.render_workers
+        if self.engine in CPU_ENGINES:
+            return max(
+                1,
+                len(os.sched_getaffinity(0))
+                if hasattr(os, "sched_getaffinity")
+                else (os.cpu_count() or 1),
+            )
+        return 1
+
+
+ROOTS: tuple[type[Root], ...] = (
+    EmbeddedSettings,
+    CliSettings,
+    RedisSettings,
+    WorkerSettings,
+    ApiSettings,
+    GrpcSettings,
+    FlowerSettings,
+    StackSettings,
+)
+"""Every process kind's root (``ServiceSettings`` and ``FrontSettings`` are shared bases)."""
