@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -203,17 +204,29 @@ def test_the_cycle_check_sees_a_cycle() -> None:
     assert find_cycle({"a.x": {"a.y"}, "a.y": set()}) is None
 
 
-def test_the_graph_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
-    module = SOURCES["workers"] / "__probe__.py"
-    module.write_text(
+def probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, package: str, code: str) -> Path:
+    """A module of ``package`` (a stand-in folder under ``tmp_path``) holding ``code``."""
+    folder = tmp_path / package
+    folder.mkdir()
+    monkeypatch.setitem(SOURCES, package, folder)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    module = folder / "probe.py"
+    module.write_text(code)
+    return module
+
+
+def test_the_graph_sees_lazy_and_type_checking_imports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = probe(
+        monkeypatch,
+        tmp_path,
+        "workers",
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from voicelane.core.ledger import Ledger\n"
-        "def f():\n    from .batching import batcher\n"
+        "def f():\n    from .batching import batcher\n",
     )
-    try:
-        found = {m for m, _ in imported_names(module)}
-    finally:
-        module.unlink()
+    found = {m for m, _ in imported_names(module)}
     assert "voicelane.core.ledger" in found
     assert "voicelane.workers.batching.batcher" in found
 
@@ -271,15 +284,16 @@ def test_no_object_touches_another_modules_private_names(package: str) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_private_check_sees_a_foreign_private(tmp_path: Path) -> None:
-    module = SOURCES["core"] / "__probe__.py"
-    module.write_text(
+def test_the_private_check_sees_a_foreign_private(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = probe(
+        monkeypatch,
+        tmp_path,
+        "core",
         "from voicelane.core.ledger import _keys\n"
         "class A:\n    def __init__(self):\n        self._mine = 1\n"
-        "    def f(self, other):\n        return self._mine + other._mine + other._theirs\n"
+        "    def f(self, other):\n        return self._mine + other._mine + other._theirs\n",
     )
-    try:
-        found = foreign_private_accesses(module)
-    finally:
-        module.unlink()
-    assert sorted(found) == ["core/__probe__.py:1 imports _keys", "core/__probe__.py:6 ._theirs"]
+    found = foreign_private_accesses(module)
+    assert sorted(found) == ["core/probe.py:1 imports _keys", "core/probe.py:6 ._theirs"]
