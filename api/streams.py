@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 from voicelane.api.engines import EngineRegistry
 from voicelane.api.output_reader import OutputReader, Subscription
-from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.audio.stream import StreamEncoding, stream_sample_rates
+from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import (
     DeadlineExceededError,
     NoCapacityError,

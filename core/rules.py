@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import (
     InvalidInputError,
     TextTooLargeError,

@@ -14,7 +14,7 @@ import os
 
 from pydantic import BaseModel, Field, field_validator
 
-from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import ConfigError
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings.environment import Root

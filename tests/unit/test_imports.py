@@ -71,3 +71,21 @@ def test_the_import_probe_sees_celery_once_a_worker_module_is_imported() -> None
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_settings_and_the_batcher_import_no_codec_or_service_library() -> None:
+    """What the GPU benchmark loads (bench/gpu/run.sh carries only ChatTTS's own dependencies
+    and pydantic): settings, the batching core and the ChatTTS engine's module import no audio
+    codec (PyAV, opuslib) and no service client (Redis, boto3, Celery, FastAPI)."""
+    probe = (
+        "import sys\n"
+        "import voicelane.core.settings, voicelane.workers.batching\n"
+        "import voicelane.workers.engines.chattts_config\n"
+        "heavy = ('av', 'opuslib', 'redis', 'boto3', 'celery', 'fastapi')\n"
+        "print(','.join(sorted(n for n in heavy if n in sys.modules)) or 'none')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "none"

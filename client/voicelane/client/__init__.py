@@ -62,7 +62,7 @@ from voicelane.client.stats import StreamStats
 from voicelane.client.sync import chat_to_file, say_to_file, sync_clock
 from voicelane.client.synthesis import SynthesisStream
 from voicelane.common.errors import RemoteError
-from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 
 __all__ = [
     "DEFAULT_SAMPLE_RATE_HZ",

@@ -26,7 +26,7 @@ from voicelane.client.stats import StreamStats
 from voicelane.client.synthesis import Synthesis, SynthesisStream
 from voicelane.common.audio.files import format_from_path, validate_sample_rate
 from voicelane.common.errors import InvalidInputError, RemoteError
-from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.wire import speech_pb2 as pb
 
 DEFAULT_KEEPALIVE_TIME_S = 30.0

@@ -16,7 +16,7 @@ from voicelane.client.clock import DEFAULT_SAMPLES, ClockEstimate, measure_clock
 from voicelane.client.retry import DEFAULT_RETRY, RetryPolicy
 from voicelane.client.speech import SpeechClient
 from voicelane.common.audio.files import format_from_path, validate_sample_rate
-from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
+from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 
 
 def say_to_file(

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from voicelane.common.audio.pcm import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.audio.stream import StreamEncoding, stream_sample_rates
+from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import InvalidInputError, TextTooLargeError, UnknownVoiceError
 from voicelane.core.rules import (
     DEFAULT_SPEED,

@@ -39,9 +39,6 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from voicelane.common.errors import InvalidInputError
 
-DEFAULT_SAMPLE_RATE_HZ = 24000
-"""The rate audio is delivered at when a request names none (every front, the SDK)."""
-
 PcmF32 = npt.NDArray[np.float32]
 """Mono float32 PCM, 1-D, nominally in [-1, 1]."""
 
