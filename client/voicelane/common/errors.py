@@ -4,13 +4,13 @@ Every error the service raises on purpose derives from :class:`VoicelaneError`. 
 says, in one place, whether it is permanent (bad input: never retried) or transient (retried),
 and which HTTP status, gRPC status code name and CLI exit status it maps to. The fronts
 translate with :func:`http_status`, :func:`grpc_status_name` and :func:`exit_status` and never
-decide this themselves; :func:`error_for_status` goes the other way (a status name that came
-over the wire → the class that carries it).
+decide this themselves.
 
 An error crosses a process boundary whole (a worker's error through the real-time lane, a
 server's error to the SDK): :meth:`VoicelaneError.to_wire` gives its :class:`WireError` (code,
 message, field, retry hint and status) and :func:`error_from_wire` rebuilds the same class
-from it, by its ``code`` (every class with a code of its own is registered under it).
+from it, by its ``code`` (every class with a code of its own is registered under it; an error
+known only by its status — an older peer's — comes back as the class of that status).
 
 gRPC codes are given by name (``"INVALID_ARGUMENT"``) so that ``core`` stays import-light;
 the gRPC front resolves them with ``grpc.StatusCode[name]``.
@@ -420,7 +420,7 @@ class RemoteError(VoicelaneError):
         retry_after_s: float | None = None,
     ) -> None:
         super().__init__(
-            message or status.lower().replace("_", " "), field=field, retry_after_s=retry_after_s
+            message or _status_words(status), field=field, retry_after_s=retry_after_s
         )
         # VoicelaneError declares these per class; a RemoteError carries the server's, per call.
         self.status = status
@@ -485,15 +485,13 @@ def error_from_wire(wire: WireError) -> VoicelaneError:
     cls = _BY_CODE.get(wire.code)
     if cls is None or cls is RemoteError:
         cls = _BY_STATUS.get(wire.status, VoicelaneError)
-    message = wire.message or wire.status.lower().replace("_", " ")
+    message = wire.message or _status_words(wire.status)
     return cls(message, field=wire.field, retry_after_s=wire.retry_after_s)
 
 
-def error_for_status(status: str, message: str) -> VoicelaneError:
-    """The error a gRPC status name stands for (an answer known only by its status);
-    INTERNAL, or any status without a class of its own, is a plain :class:`VoicelaneError`."""
-    cls = _BY_STATUS.get(status, VoicelaneError)
-    return cls(message or status.lower().replace("_", " "))
+def _status_words(status: str) -> str:
+    """The message of an error that came with none: its status in words (``unavailable``)."""
+    return status.lower().replace("_", " ")
 
 
 _HTTP_TO_STATUS = {

@@ -13,7 +13,6 @@ from voicelane.common.errors import (
     UnknownVoiceError,
     VoicelaneError,
     WireError,
-    error_for_status,
     error_from_wire,
     exit_status,
     grpc_status_name,
@@ -66,13 +65,13 @@ def test_mappings_of_an_error() -> None:
      "UNAVAILABLE", "RESOURCE_EXHAUSTED"],
 )  # fmt: skip
 def test_a_status_sent_over_the_wire_comes_back_as_the_class_that_carries_it(status: str) -> None:
-    error = error_for_status(status, "why")
+    error = error_from_wire(WireError(code="", message="why", status=status))
     assert grpc_status_name(error) == status and error.message == "why"
 
 
 def test_an_unknown_status_is_internal_and_an_empty_message_names_the_status() -> None:
-    assert grpc_status_name(error_for_status("DATA_LOSS", "x")) == "INTERNAL"
-    assert error_for_status("UNAVAILABLE", "").message == "unavailable"
+    assert grpc_status_name(error_from_wire(WireError("", "x", "DATA_LOSS"))) == "INTERNAL"
+    assert error_from_wire(WireError("", "", "UNAVAILABLE")).message == "unavailable"
 
 
 def test_http_statuses_map_to_grpc_status_names() -> None:
