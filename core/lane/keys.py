@@ -23,7 +23,8 @@ so its comments would only cost bytes on the wire.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
+
+from voicelane.core.lua import read_script
 
 PREFIX = "vl:rt:"
 GROUP = "workers"
@@ -183,13 +184,7 @@ capabilities_key = CAPABILITIES_KEY.key
 # ---- Lua --------------------------------------------------------------------------------------
 
 
-def lua(name: str) -> str:
-    """The script ``name`` (a ``.lua`` file of this package) without its comment lines."""
-    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
-
-
-HOLD_TENANT_SLOT = lua("hold_tenant_slot.lua")
+HOLD_TENANT_SLOT = read_script(__package__, "hold_tenant_slot.lua")
 """Count one more open stream for a tenant unless it holds its limit (the front's)."""
-APPEND_IF_OWNER = lua("append_if_owner.lua")
+APPEND_IF_OWNER = read_script(__package__, "append_if_owner.lua")
 """Append output events while the caller owns the request (the worker's)."""

@@ -8,22 +8,16 @@ to the script's own file, so each script stays one atomic ``EVALSHA``.
 
 from __future__ import annotations
 
-import functools
-from importlib import resources
-
 import redis
 from redis.commands.core import Script
 
+from voicelane.core.lua import read_script
+
 _PACKAGE = __name__.rpartition(".")[0]
-
-
-@functools.cache
-def source(name: str) -> str:
-    """The text of ``{name}.lua``, read from the installed package once per process."""
-    return resources.files(_PACKAGE).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 def register(client: redis.Redis, name: str, *, libraries: tuple[str, ...] = ()) -> Script:
     """``{name}.lua`` after its ``libraries``, registered with ``client`` (redis-py loads it
     into Redis on first use and again after a Redis restart)."""
-    return client.register_script("".join(source(part) for part in (*libraries, name)))
+    parts = (read_script(_PACKAGE, f"{part}.lua") for part in (*libraries, name))
+    return client.register_script("\n".join(parts))

@@ -12,6 +12,7 @@ import pytest
 
 from voicelane.core.lane import keys
 from voicelane.core.lane.keys import KEYS, LaneKey, family
+from voicelane.core.lua import read_script
 
 ROOT = Path(__file__).resolve().parents[4]
 PAGE = ROOT / "docs" / "realtime-lane.md"
@@ -70,7 +71,7 @@ def test_the_docs_draw_the_table_of_the_code() -> None:
 @pytest.mark.parametrize("name", ["hold_tenant_slot.lua", "append_if_owner.lua"])
 def test_the_lua_ships_with_the_package_and_goes_out_without_comments(name: str) -> None:
     assert resources.files("voicelane.core.lane").joinpath(name).is_file()
-    script = keys.lua(name)
+    script = read_script("voicelane.core.lane", name)
     assert script.strip() and "redis.call" in script
     assert not any(line.lstrip().startswith("--") for line in script.splitlines())
 
