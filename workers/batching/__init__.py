@@ -5,7 +5,6 @@ from voicelane.workers.batching.batcher import Batcher
 from voicelane.workers.batching.items import AudioStream, Priority
 from voicelane.workers.batching.lifecycle import ReloadReport
 from voicelane.workers.batching.metrics import BatcherStats, WaitStats
-from voicelane.workers.batching.work_queue import max_wait_s
 
 __all__ = [
     "AudioStream",
@@ -14,5 +13,4 @@ __all__ = [
     "Priority",
     "ReloadReport",
     "WaitStats",
-    "max_wait_s",
 ]

@@ -167,10 +167,6 @@ class WorkQueue:
         with self._lock:
             return {p: len(q) for p, q in self._queues.items()}
 
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
     # ---- the scheduler thread: waiting -------------------------------------------------------
 
     def next_batch(self) -> list[Item] | Boundary:
@@ -222,10 +218,11 @@ class WorkQueue:
                         return decision
                     self._wait(decision.seconds)
         finally:
-            self._metrics.dropped(
-                cancelled=sum(isinstance(e, CancelledError) for _, e in dropped),
-                expired=sum(isinstance(e, DeadlineExceededError) for _, e in dropped),
-            )
+            if dropped:  # rare: every boundary of the step loop comes through here
+                self._metrics.dropped(
+                    cancelled=sum(isinstance(e, CancelledError) for _, e in dropped),
+                    expired=sum(isinstance(e, DeadlineExceededError) for _, e in dropped),
+                )
             for item, error in dropped:
                 item.fail(error)
 
