@@ -69,6 +69,19 @@ REALTIME_FACTOR = Histogram(
     "Seconds of audio an engine call produced per second it took",
     buckets=_RTF_BUCKETS,
 )
+TEXT_UNSPEAKABLE_CHARS = Counter(
+    "voicelane_text_unspeakable_chars_total",
+    "Characters left out because the engine cannot speak them (after normalization), by engine",
+    ["engine"],
+)
+
+
+def count_unspeakable(engine: str, chars: int) -> None:
+    """Count characters a text lost to the engine's alphabet (listed as warnings too)."""
+    if chars:
+        TEXT_UNSPEAKABLE_CHARS.labels(engine=engine).inc(chars)
+
+
 OOM_EVENTS = Counter(
     "voicelane_oom_events_total", "Engine out-of-memory errors (the batcher halves max_batch)"
 )

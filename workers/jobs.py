@@ -19,6 +19,7 @@ import logging
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +49,19 @@ from voicelane.core.ledger import (
     LeaseStatus,
     Ledger,
 )
+from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import ServiceSettings
+from voicelane.core.speech_text import (
+    PreparedText,
+    SpokenSegment,
+    TextOptions,
+    Voicing,
+    prepare_text,
+)
 from voicelane.core.storage import Storage
-from voicelane.core.text import Segment, contains_cjk, split_sentences
+from voicelane.core.text import contains_cjk
+from voicelane.core.text_map import identity
+from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.callbacks import callback_client, post_callback
 
@@ -100,11 +111,33 @@ def estimate_audio_s(text: str) -> float:
     return cjk * _SECONDS_PER_CJK_CHAR + (len(text) - cjk) * _SECONDS_PER_OTHER_CHAR
 
 
-def plan_chunks(text: str, settings: ServiceSettings) -> list[ChunkPlan]:
+def prepare_job_text(
+    text: str,
+    settings: ServiceSettings,
+    options: TextOptions = TextOptions(),  # noqa: B008
+) -> PreparedText:
+    """The job's text as the workers' engine will be given it (:func:`prepare_text`)."""
+    return prepare_text(
+        text,
+        profile=profile_for(settings.engine),
+        options=options,
+        max_segment_chars=settings.max_segment_chars,
+    )
+
+
+def plan_chunks(
+    text: str,
+    settings: ServiceSettings,
+    options: TextOptions = TextOptions(),  # noqa: B008
+) -> list[ChunkPlan]:
     """Sentences grouped into chunks of about ``chunk_target_audio_s`` of audio."""
-    segments = split_sentences(text, settings.max_segment_chars)
-    groups: list[list[Segment]] = []
-    current: list[Segment] = []
+    return chunks_of(prepare_job_text(text, settings, options).segments, settings)
+
+
+def chunks_of(segments: Sequence[SpokenSegment], settings: ServiceSettings) -> list[ChunkPlan]:
+    """Prepared segments grouped into chunks of about ``chunk_target_audio_s`` of audio."""
+    groups: list[list[SpokenSegment]] = []
+    current: list[SpokenSegment] = []
     audio_s = 0.0
     chars = 0
     for segment in segments:
@@ -127,9 +160,42 @@ def plan_chunks(text: str, settings: ServiceSettings) -> list[ChunkPlan]:
             start=group[0].start,
             end=group[-1].end,
             last=i == len(groups) - 1,
+            pauses_ms=(
+                tuple(s.pause_after_ms for s in group)
+                if any(s.pause_after_ms is not None for s in group)
+                else ()
+            ),
+            voicings=(
+                tuple(None if s.voicing.plain else _voicing_tuple(s.voicing) for s in group)
+                if any(not s.voicing.plain for s in group)
+                else ()
+            ),
         )
         for i, group in enumerate(groups)
     ]
+
+
+def _voicing_tuple(v: Voicing) -> tuple[str | None, float, float, float]:
+    return (v.voice, v.rate, v.volume_db, v.pitch_semitones)
+
+
+def segments_of(plan: ChunkPlan) -> list[SpokenSegment]:
+    """A chunk's segments again, for the renderer (no word maps: jobs do not time words)."""
+    out = []
+    for i, (text, ends) in enumerate(zip(plan.texts, plan.paragraph_ends, strict=True)):
+        raw = plan.voicings[i] if plan.voicings else None
+        out.append(
+            SpokenSegment(
+                text=text,
+                start=plan.start,
+                end=plan.end,
+                paragraph_end=ends,
+                mapping=identity(text),
+                pause_after_ms=plan.pauses_ms[i] if plan.pauses_ms else None,
+                voicing=Voicing() if raw is None else Voicing(*raw),
+            )
+        )
+    return out
 
 
 def plan_job(ctx: JobContext, job_id: str) -> int:
@@ -141,10 +207,19 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
     if job is None or job.state not in waiting:
         return 0
     ledger.jobs.transition(job_id, JobState.PLANNING, only_from=waiting)
-    chunks = plan_chunks(ledger.jobs.text(job_id), ctx.settings)
+    try:
+        prepared = prepare_job_text(
+            ledger.jobs.text(job_id), ctx.settings, job.options.text_options
+        )
+    except InvalidInputError as error:  # checked at submission: only a changed engine gets here
+        fail_job(ctx, job_id, _one_line(error))
+        return 0
+    chunks = chunks_of(prepared.segments, ctx.settings)
     if not chunks:
         fail_job(ctx, job_id, "text has nothing to speak (no letters or digits)")
         return 0
+    ledger.jobs.set_warnings(job_id, prepared.warnings_json())
+    count_unspeakable(ctx.settings.engine, prepared.unspeakable_chars)
     if not ledger.jobs.save_plan(job_id, chunks):
         return 0  # cancelled while planning
     ledger.feed.schedule(job_id, job.tenant, len(chunks))
@@ -285,10 +360,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
     from voicelane.workers.render import speech_at_rate
 
     assert ctx.batcher is not None
-    segments = [
-        Segment(text=text, start=plan.start, end=plan.end, paragraph_end=ends)
-        for text, ends in zip(plan.texts, plan.paragraph_ends, strict=True)
-    ]
+    segments = segments_of(plan)
     deadline_s = ctx.batcher.clock() + ctx.settings.render_time_limit_s
     pieces = [
         pcm

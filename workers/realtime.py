@@ -42,15 +42,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import redis
 
-from voicelane.common.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
+from voicelane.common.audio import (
+    FRAME_DURATION_MS,
+    OpusStreamEncoder,
+    StreamResampler,
+    apply_gain_db,
+    silence,
+    silence_edges,
+)
 from voicelane.common.audio.stream import ByteStreamEncoder
 from voicelane.common.errors import (
     DeadlineExceededError,
@@ -67,11 +76,22 @@ from voicelane.core.lane.messages import (
     now_ms,
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
+from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import RealtimeSettings
-from voicelane.core.text import Segment, split_sentences
+from voicelane.core.speech_text import (
+    MAX_WARNINGS,
+    PreparedText,
+    SpokenSegment,
+    looks_like_ssml,
+    prepare_text,
+    spoken_segment_text,
+)
+from voicelane.core.text import Segment, normalize_whitespace, split_sentences
+from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import AudioStream, Batcher, Priority
 from voicelane.workers.engines import PcmF32, Utterance
 from voicelane.workers.realtime_io import LaneIO
+from voicelane.workers.render import utterance_of
 
 log = logging.getLogger(__name__)
 
@@ -204,12 +224,43 @@ class _Resume:
     ended: bool = False
 
 
+class _Edges:
+    """Cut a streamed sentence's silent edges around an SSML break: its leading silence
+    (after a break) from its first chunk, its trailing silence (before one) from its last
+    chunk, which is held back until the sentence ends."""
+
+    def __init__(self, rate_hz: int, trim_lead: bool, trim_tail: bool) -> None:
+        self.rate_hz = rate_hz
+        self.trim_lead = trim_lead
+        self.trim_tail = trim_tail
+        self.held: PcmF32 = np.zeros(0, dtype=np.float32)
+
+    def take(self, chunk: PcmF32) -> PcmF32:
+        if self.trim_lead and len(chunk):
+            lead, _ = silence_edges(chunk, self.rate_hz)
+            chunk = chunk[lead:]
+            self.trim_lead = len(chunk) == 0
+        if not self.trim_tail:
+            return chunk
+        out, self.held = self.held, chunk
+        return out
+
+    def finish(self) -> PcmF32:
+        held, self.held = self.held, np.zeros(0, dtype=np.float32)
+        if self.trim_tail and len(held):
+            _, tail = silence_edges(held, self.rate_hz)
+            held = held[: len(held) - tail]
+        return held
+
+
 @dataclass
 class _Sentence:
     index: int
-    segment: Segment
+    segment: SpokenSegment
     offset: int
-    """Offset of the segment's text span in the whole request text."""
+    """Offset of the segment's span (``segment.start``) in the whole request text."""
+    caption: str
+    """The words of the input it speaks (whitespace normalized)."""
 
 
 @dataclass
@@ -222,6 +273,7 @@ class SentenceCutter:
     """Offset of ``buffer[0]`` in the whole text."""
     emitted: int = 0
     _pending: list[tuple[Segment, int]] = field(default_factory=list)
+    _last_buffer: str = ""
 
     def feed(self, text: str) -> list[tuple[Segment, int]]:
         self.buffer += text
@@ -230,7 +282,13 @@ class SentenceCutter:
     def flush(self) -> list[tuple[Segment, int]]:
         return self._cut(final=True)
 
+    def raw(self, segment: Segment) -> str:
+        """The input text of a segment :meth:`feed` or :meth:`flush` just returned (before
+        the next call): its span, as written."""
+        return self._last_buffer[segment.start : segment.end]
+
     def _cut(self, *, final: bool) -> list[tuple[Segment, int]]:
+        self._last_buffer = self.buffer
         segments = split_sentences(self.buffer, self.max_chars) if self.buffer.strip() else []
         # The last segment may still grow, unless the text is final or ends a paragraph/line.
         complete = segments if final else segments[:-1]
@@ -267,6 +325,7 @@ class Session:
         self.batcher = consumer.batcher
         self._started_at: float | None = None
         self._held: list[OutputEvent] = []
+        self._warnings: list[dict[str, object]] = []
         self._first_input: list[tuple[str, InputPiece]] = []
         self.task: asyncio.Task[None] | None = None
         self.stopped: _Stop | None = None
@@ -362,6 +421,7 @@ class Session:
         else:
             out = _ByteOutput(request, self.settings)
         resampler = StreamResampler(engine.sample_rate_hz, request.sample_rate_hz)
+        trim_lead = False
         async for sentence in self._sentences():
             if sentence.index < resume.next_sentence:
                 continue
@@ -371,24 +431,41 @@ class Session:
                 OutputEvent(
                     EventKind.CAPTION,
                     seq=out.seq,
-                    text=seg.text,
+                    text=sentence.caption,
                     start=sentence.offset + seg.start,
                     end=sentence.offset + seg.end,
                     pts_ms=out.produced_ms,
                     sentence=sentence.index,
                 )
             )
-            async with contextlib.aclosing(self._speak(seg.text)) as audio:
-                async for pcm in audio:
+            utterance = utterance_of(engine, seg, voice=request.voice, speed=request.speed)
+            edges = _Edges(engine.sample_rate_hz, trim_lead, seg.pause_after_ms is not None)
+            trim_lead = seg.pause_after_ms is not None
+            async with contextlib.aclosing(self._speak(utterance)) as audio:
+                async for chunk in audio:
+                    pcm = edges.take(chunk)
+                    if seg.voicing.volume_db:
+                        pcm = apply_gain_db(pcm, seg.voicing.volume_db)
                     for piece in _slices(pcm, engine.sample_rate_hz, out.first_sent):
                         # Encode just ahead of playback: leaves the CPU to other streams'
                         # first packets instead of encoding a whole sentence nobody hears yet.
                         await self._pace(out.produced_ms, self.settings.encode_ahead_s)
                         await self._send(out.write(resampler.process(piece), sentence.index))
+            tail = edges.finish()
+            if seg.voicing.volume_db:
+                tail = apply_gain_db(tail, seg.voicing.volume_db)
+            if seg.pause_after_ms is not None:
+                tail = np.concatenate(
+                    [tail, silence(seg.pause_after_ms / 1000, engine.sample_rate_hz)]
+                )
+            await self._send(out.write(resampler.process(tail), sentence.index))
             await self._send(out.write(resampler.flush(), sentence.index))
             await self._send(out.end_sentence(sentence.index))
         await self._send(out.close())
-        await self._append([OutputEvent(EventKind.END, seq=out.seq, pts_ms=out.produced_ms)])
+        details = json.dumps({"warnings": self._warnings}) if self._warnings else ""
+        await self._append(
+            [OutputEvent(EventKind.END, seq=out.seq, pts_ms=out.produced_ms, details=details)]
+        )
         log.info("request %s done: %d chunks, %.1f s", rid, out.seq, out.produced_ms / 1000)
 
     async def _send(self, pieces: list[_Audio]) -> None:
@@ -413,12 +490,12 @@ class Session:
         if self._started_at is None:
             self._started_at = time.monotonic()
 
-    async def _speak(self, text: str) -> AsyncGenerator[PcmF32, None]:
+    async def _speak(self, utterance: Utterance) -> AsyncGenerator[PcmF32, None]:
         """The sentence's PCM as the batcher streams it; cancelling the session's task (or
         leaving early) cancels the utterance in the batcher."""
         deadline_s = time.monotonic() + (self.request.deadline_ms - now_ms()) / 1000
         stream = self.batcher.submit_stream(
-            Utterance(text, self.request.voice, self.request.speed),
+            utterance,
             priority=Priority.REALTIME,
             deadline_s=deadline_s,
         )
@@ -445,10 +522,16 @@ class Session:
         await asyncio.sleep(0)
 
     async def _sentences(self) -> AsyncIterator[_Sentence]:
-        """Sentences as the request's text arrives: complete ones first, the rest at the end."""
+        """Sentences as the request's text arrives: complete ones first, the rest at the end.
+        Each cut sentence is prepared for the engine (:func:`prepare_text`: lexicons,
+        normalization, the engine's alphabet); an SSML document is prepared whole, once all
+        of it has arrived."""
+        options = self.request.text_options
+        profile = profile_for(self.batcher.engine.name)
         cutter = SentenceCutter()
         after = "0"
         index = 0
+        ssml: str | None = "" if options.ssml else None
         while True:
             if self._first_input:
                 pieces, self._first_input = self._first_input, []
@@ -459,12 +542,37 @@ class Session:
             for entry_id, piece in pieces:
                 after = entry_id
                 text_piece = piece.kind is InputKind.TEXT
+                first = ssml is None and text_piece and index == 0 and not cutter.buffer
+                if first and options.ssml and looks_like_ssml(piece.text):
+                    ssml = ""
+                if ssml is not None:
+                    if text_piece:
+                        ssml += piece.text
+                    if piece.kind is InputKind.END:
+                        prepared = prepare_text(ssml, profile=profile, options=options)
+                        self._report(prepared)
+                        for segment in prepared.segments:
+                            yield _Sentence(index, segment, 0, segment.text)
+                            index += 1
+                        return
+                    continue
                 ready = cutter.feed(piece.text) if text_piece else cutter.flush()
-                for segment, base in ready:
-                    yield _Sentence(index, segment, base)
-                    index += 1
+                for cut, base in ready:
+                    raw = cutter.raw(cut)
+                    prepared = spoken_segment_text(raw, profile=profile, options=options)
+                    self._report(prepared)
+                    for spoken in prepared.segments:
+                        caption = normalize_whitespace(raw[spoken.start : spoken.end])
+                        yield _Sentence(index, spoken, base + cut.start, caption)
+                        index += 1
                 if piece.kind is InputKind.END:
                     return
+
+    def _report(self, prepared: PreparedText) -> None:
+        """Count what the engine cannot speak; the warnings go to the stream's end."""
+        count_unspeakable(self.batcher.engine.name, prepared.unspeakable_chars)
+        room = MAX_WARNINGS - len(self._warnings)
+        self._warnings.extend(prepared.warnings_json()[: max(0, room)])
 
     async def _resume_point(self) -> _Resume:
         """Where a takeover continues: after the last sentence that had started."""

@@ -20,7 +20,6 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -28,13 +27,22 @@ from voicelane.common.atomic import atomic_output
 from voicelane.common.audio import (
     AudioFormat,
     StreamResampler,
+    apply_gain_db,
     open_writer,
     silence,
+    silence_edges,
     validate_sample_rate,
 )
-from voicelane.common.errors import DeadlineExceededError, InvalidInputError
+from voicelane.common.errors import DeadlineExceededError
 from voicelane.core.settings import EmbeddedSettings
-from voicelane.core.text import split_sentences
+from voicelane.core.speech_text import (
+    PreparedText,
+    SpokenSegment,
+    TextOptions,
+    clamp_rate,
+    prepare_text,
+)
+from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Engine, PcmF32, Utterance, create_engine
 
@@ -51,6 +59,8 @@ class RenderResult:
     elapsed_s: float
     segments: int
     characters: int
+    warnings: list[dict[str, object]]
+    """What of the text is not spoken as written (``TextWarning`` as JSON)."""
 
     @property
     def speed_x(self) -> float:
@@ -58,18 +68,23 @@ class RenderResult:
         return self.duration_s / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
 
-class Speakable(Protocol):
-    """What the renderer needs of a segment (``voicelane.core.text.Segment`` has it)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def paragraph_end(self) -> bool: ...
+def utterance_of(engine: Engine, segment: SpokenSegment, *, voice: str, speed: float) -> Utterance:
+    """The engine's utterance for a prepared segment: SSML's voice and rate over the
+    request's (the rate within the engine's range), its pitch where the engine renders it."""
+    voicing = segment.voicing
+    if voicing.plain:
+        return Utterance(segment.text, voice, speed)
+    caps = engine.capabilities()
+    rate = clamp_rate(speed * voicing.rate, caps.min_speed, caps.max_speed)
+    params: tuple[tuple[str, float | int | str], ...] = ()
+    if voicing.pitch_semitones and getattr(engine, "pitch", False):
+        params = (("pitch", voicing.pitch_semitones),)
+    return Utterance(segment.text, voicing.voice or voice, round(rate, 3), params=params)
 
 
 def synthesize_segments(
     batcher: Batcher,
-    segments: Sequence[Speakable],
+    segments: Sequence[SpokenSegment],
     *,
     voice: str,
     speed: float = 1.0,
@@ -93,9 +108,10 @@ def synthesize_segments(
         except FutureTimeout:
             raise DeadlineExceededError("segment not rendered before the deadline") from None
 
+    engine = batcher.engine
     try:
         for segment in segments:
-            utterance = Utterance(segment.text, voice, speed)
+            utterance = utterance_of(engine, segment, voice=voice, speed=speed)
             pending.append(
                 batcher.submit(utterance, priority=priority, deadline_s=deadline_s, group=group)
             )
@@ -110,7 +126,7 @@ def synthesize_segments(
 
 def speech_at_rate(
     batcher: Batcher,
-    segments: Sequence[Speakable],
+    segments: Sequence[SpokenSegment],
     *,
     voice: str,
     speed: float,
@@ -125,9 +141,13 @@ def speech_at_rate(
     """PCM at ``sample_rate_hz`` with ``pause_s`` of silence after each paragraph.
 
     Yields ``(segments done, pcm)`` pieces in order. No pause follows the last segment unless
-    ``pause_after_last`` (a chunk in the middle of a job ending on a paragraph).
+    ``pause_after_last`` (a chunk in the middle of a job ending on a paragraph). A segment
+    with ``pause_after_ms`` (an SSML break) is followed by exactly that much silence: the
+    engine's own trailing silence and the next segment's leading silence are cut
+    (:func:`voicelane.common.audio.silence_edges`).
     """
-    resampler = StreamResampler(batcher.engine.sample_rate_hz, sample_rate_hz)
+    engine_rate = batcher.engine.sample_rate_hz
+    resampler = StreamResampler(engine_rate, sample_rate_hz)
     pause = silence(pause_s, sample_rate_hz)
     produced = synthesize_segments(
         batcher,
@@ -140,9 +160,23 @@ def speech_at_rate(
         group=group,
     )
     last = len(segments) - 1
-    for index, (segment, pcm) in enumerate(zip(segments, produced, strict=True)):
+    trim_lead = False
+    for index, (segment, rendered) in enumerate(zip(segments, produced, strict=True)):
+        gap_ms = segment.pause_after_ms
+        pcm = rendered
+        if trim_lead or gap_ms is not None:
+            lead, tail = silence_edges(pcm, engine_rate)
+            pcm = pcm[(lead if trim_lead else 0) : len(pcm) - (tail if gap_ms is not None else 0)]
+        trim_lead = gap_ms is not None
+        if segment.voicing.volume_db:
+            pcm = apply_gain_db(pcm, segment.voicing.volume_db)
         yield index + 1, resampler.process(pcm)
-        if segment.paragraph_end and (index < last or pause_after_last):
+        if gap_ms is not None and (index < last or pause_after_last):
+            yield (
+                index + 1,
+                np.concatenate([resampler.flush(), silence(gap_ms / 1000, sample_rate_hz)]),
+            )
+        elif segment.paragraph_end and (index < last or pause_after_last):
             yield index + 1, np.concatenate([resampler.flush(), pause])
     yield len(segments), resampler.flush()
 
@@ -167,6 +201,15 @@ class EmbeddedRenderer:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def prepare(self, text: str, options: TextOptions = TextOptions()) -> PreparedText:  # noqa: B008
+        """``text`` as this renderer's engine will be given it (what ``voicelane text`` shows)."""
+        return prepare_text(
+            text,
+            profile=profile_for(self.engine.name),
+            options=options,
+            max_segment_chars=self.settings.max_segment_chars,
+        )
+
     def check(self, *, voice: str, speed: float = 1.0) -> None:
         """Raise the permanent error a render with these options would hit, before any work."""
         self.engine.validate(Utterance("check", voice, speed))
@@ -181,6 +224,7 @@ class EmbeddedRenderer:
         sample_rate_hz: int | None = None,
         speed: float = 1.0,
         progress: Progress | None = None,
+        text_options: TextOptions = TextOptions(),  # noqa: B008 - frozen, shared default
     ) -> RenderResult:
         started = time.perf_counter()
         settings = self.settings
@@ -188,9 +232,9 @@ class EmbeddedRenderer:
         rate_hz = sample_rate_hz or settings.sample_rate_hz
         validate_sample_rate(fmt, rate_hz)
         self.check(voice=voice, speed=speed)
-        segments = split_sentences(text, settings.max_segment_chars)
-        if not segments:
-            raise InvalidInputError("text has nothing to speak (no letters or digits)")
+        prepared = self.prepare(text, text_options)
+        prepared.check_speakable()
+        segments = prepared.segments
         target = Path(output)
         with atomic_output(target) as part:
             writer = open_writer(part, fmt, rate_hz, bitrate_bps=settings.opus_bitrate_bps)
@@ -221,4 +265,5 @@ class EmbeddedRenderer:
             elapsed_s=time.perf_counter() - started,
             segments=len(segments),
             characters=len(text),
+            warnings=prepared.warnings_json(),
         )

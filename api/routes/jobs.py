@@ -30,6 +30,7 @@ from voicelane.core.job_view import job_summary
 from voicelane.core.ledger import Job, JobOptions, JobState
 from voicelane.core.rules import check_speech_options, check_speech_text
 from voicelane.core.settings import ApiSettings
+from voicelane.core.speech_text import TextOptions
 from voicelane.core.text_input import check_encodable, decode_text
 
 router = APIRouter(tags=["jobs"])
@@ -49,6 +50,11 @@ class JobRequest(BaseModel):
     )
     callback_url: str | None = Field(
         None, description="POSTed the finished or failed job (retried).", max_length=2048
+    )
+    normalize: bool = Field(
+        True,
+        description="Read numbers, money, dates, times and symbols as words (docs/text.md); "
+        "false hands the text to the engine as written.",
     )
 
 
@@ -191,6 +197,7 @@ async def _check_job(state: ApiState, body: JobRequest, text_field: str) -> tupl
         sample_rate_hz=options.sample_rate_hz,
         speed=options.speed,
         callback_url=callback,
+        text_options=TextOptions(normalize=body.normalize),
     )
     return job_options, text
 

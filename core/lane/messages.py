@@ -23,6 +23,7 @@ from typing import Any
 
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import VoicelaneError, WireError
+from voicelane.core.speech_text import TextOptions
 
 
 def now_ms() -> int:
@@ -74,9 +75,13 @@ class StreamRequest:
     """Live (True): synthesised just ahead of playback. File-style (False): as fast as the
     worker can, for a client that stores the audio rather than plays it as it comes."""
     submitted_ms: int = field(default_factory=now_ms)
+    text_options: TextOptions = TextOptions()  # noqa: RUF009 - frozen, shared default
+    """How the text is read: normalization, SSML, the tenant's lexicons (resolved by the
+    front, so every worker reads the text alike)."""
 
     def to_fields(self) -> dict[str, str]:
         return {
+            **self.text_options.to_fields(),
             "request_id": self.request_id,
             "tenant": self.tenant,
             "voice": self.voice,
@@ -105,6 +110,7 @@ class StreamRequest:
             encoding=StreamEncoding(f.get("encoding", StreamEncoding.OPUS.value)),
             paced=f.get("paced", "1") != "0",
             submitted_ms=int(f.get("submitted_ms", "0")),
+            text_options=TextOptions.from_fields(f),
         )
 
     @property
@@ -162,6 +168,10 @@ class OutputEvent:
     """Caption: the sentence's character span in the request's text."""
     error: WireError | None = None
     """Error: what the worker raised (code, message, gRPC status, field, retry hint)."""
+    details: str = ""
+    """JSON, when there is something to tell: a caption's ``words`` (text, start_ms,
+    end_ms, char_start, char_end) and ``marks`` (name, time_ms); the end's ``warnings``
+    (what of the text is not spoken as written)."""
 
     @classmethod
     def failure(cls, error: VoicelaneError) -> OutputEvent:
@@ -187,8 +197,12 @@ class OutputEvent:
                 pts_ms=str(self.pts_ms),
                 sentence=str(self.sentence),
             )
+            if self.details:
+                fields["details"] = self.details
         elif self.kind is EventKind.END:
             fields.update(pts_ms=str(self.pts_ms), sentence=str(self.sentence))
+            if self.details:
+                fields["details"] = self.details
         else:
             error = self.error or NO_DETAIL
             fields.update(code=error.status, text=error.message, error_code=error.code)
@@ -233,6 +247,7 @@ class OutputEvent:
             start=num("start"),
             end=num("end"),
             error=error,
+            details=text("details"),
         )
 
 

@@ -9,6 +9,7 @@ holder's, :mod:`~voicelane.core.ledger.assembly`).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from voicelane.core.ledger.records import (
     one_line,
     text_of,
 )
+from voicelane.core.speech_text import TextOptions
 
 ERROR_CHARS = 500
 """What a final job keeps of the reason it failed."""
@@ -97,6 +99,8 @@ class Jobs:
                 "sample_rate_hz": options.sample_rate_hz,
                 "speed": options.speed,
                 "callback_url": options.callback_url or "",
+                "normalize": "1" if options.text_options.normalize else "0",
+                "ssml": options.text_options.to_fields()["ssml"],
                 "characters": len(text),
                 "created_at": now,
                 "updated_at": now,
@@ -147,6 +151,12 @@ class Jobs:
         if raw is None:
             raise JobNotFoundError(f"job {job_id} has no text")
         return raw.decode("utf-8")
+
+    def set_warnings(self, job_id: str, warnings: list[dict[str, object]]) -> None:
+        """What of the text is not spoken as written (the planner's findings), shown in
+        the job record."""
+        if warnings:
+            self.redis.hset(JOB.key(job_id), "warnings", json.dumps(warnings, ensure_ascii=False))
 
     def chunk(self, job_id: str, n: int) -> ChunkPlan:
         """The plan of the job's chunk ``n``."""
@@ -223,6 +233,9 @@ class Jobs:
         return counts
 
 
+_TEXT_FIELDS = ("normalize", "ssml", "lexicons")
+
+
 def plausible_id(job_id: str) -> bool:
     """A job id could be this (32 hex digits): anything else is not looked up at all."""
     return len(job_id) == 32 and all(c in "0123456789abcdef" for c in job_id)
@@ -248,7 +261,11 @@ def decode_job(raw: Mapping[bytes, bytes], attempts: int) -> Job:
             sample_rate_hz=int(number("sample_rate_hz") or 0),
             speed=number("speed") or 1.0,
             callback_url=get("callback_url") or None,
+            text_options=TextOptions.from_fields(
+                {k: v for k in _TEXT_FIELDS if (v := get(k)) is not None}
+            ),
         ),
+        warnings=tuple(json.loads(get("warnings") or "[]")),
         characters=int(number("characters") or 0),
         created_at=number("created_at") or 0.0,
         updated_at=number("updated_at") or 0.0,
