@@ -45,7 +45,6 @@ def job_summary(job: Job, *, now: float | None = None) -> dict[str, Any]:
         "error": job.error,
         "warnings": list(job.warnings),
         "normalize": job.options.text_options.normalize,
-        "ssml": bool(job.options.text_options.ssml),
         "callback_url": job.options.callback_url,
     }
 

@@ -51,16 +51,9 @@ from voicelane.core.ledger import (
 )
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import ServiceSettings
-from voicelane.core.speech_text import (
-    PreparedText,
-    SpokenSegment,
-    TextOptions,
-    Voicing,
-    prepare_text,
-)
+from voicelane.core.speech_text import PreparedText, SpokenSegment, TextOptions, prepare_text
 from voicelane.core.storage import Storage
-from voicelane.core.text import contains_cjk
-from voicelane.core.text_map import identity
+from voicelane.core.text import Segment, contains_cjk
 from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.callbacks import callback_client, post_callback
@@ -160,42 +153,9 @@ def chunks_of(segments: Sequence[SpokenSegment], settings: ServiceSettings) -> l
             start=group[0].start,
             end=group[-1].end,
             last=i == len(groups) - 1,
-            pauses_ms=(
-                tuple(s.pause_after_ms for s in group)
-                if any(s.pause_after_ms is not None for s in group)
-                else ()
-            ),
-            voicings=(
-                tuple(None if s.voicing.plain else _voicing_tuple(s.voicing) for s in group)
-                if any(not s.voicing.plain for s in group)
-                else ()
-            ),
         )
         for i, group in enumerate(groups)
     ]
-
-
-def _voicing_tuple(v: Voicing) -> tuple[str | None, float, float, float]:
-    return (v.voice, v.rate, v.volume_db, v.pitch_semitones)
-
-
-def segments_of(plan: ChunkPlan) -> list[SpokenSegment]:
-    """A chunk's segments again, for the renderer (no word maps: jobs do not time words)."""
-    out = []
-    for i, (text, ends) in enumerate(zip(plan.texts, plan.paragraph_ends, strict=True)):
-        raw = plan.voicings[i] if plan.voicings else None
-        out.append(
-            SpokenSegment(
-                text=text,
-                start=plan.start,
-                end=plan.end,
-                paragraph_end=ends,
-                mapping=identity(text),
-                pause_after_ms=plan.pauses_ms[i] if plan.pauses_ms else None,
-                voicing=Voicing() if raw is None else Voicing(*raw),
-            )
-        )
-    return out
 
 
 def plan_job(ctx: JobContext, job_id: str) -> int:
@@ -360,7 +320,10 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
     from voicelane.workers.render import speech_at_rate
 
     assert ctx.batcher is not None
-    segments = segments_of(plan)
+    segments = [
+        Segment(text=text, start=plan.start, end=plan.end, paragraph_end=ends)
+        for text, ends in zip(plan.texts, plan.paragraph_ends, strict=True)
+    ]
     deadline_s = ctx.batcher.clock() + ctx.settings.render_time_limit_s
     pieces = [
         pcm

@@ -49,17 +49,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import redis
 
-from voicelane.common.audio import (
-    FRAME_DURATION_MS,
-    OpusStreamEncoder,
-    StreamResampler,
-    apply_gain_db,
-    silence,
-    silence_edges,
-)
+from voicelane.common.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
 from voicelane.common.audio.stream import ByteStreamEncoder
 from voicelane.common.errors import (
     DeadlineExceededError,
@@ -78,20 +70,12 @@ from voicelane.core.lane.messages import (
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import RealtimeSettings
-from voicelane.core.speech_text import (
-    MAX_WARNINGS,
-    PreparedText,
-    SpokenSegment,
-    looks_like_ssml,
-    prepare_text,
-    spoken_segment_text,
-)
+from voicelane.core.speech_text import MAX_WARNINGS, PreparedText, SpokenSegment, prepare_text
 from voicelane.core.text import Segment, normalize_whitespace, split_sentences
 from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import AudioStream, Batcher, Priority
 from voicelane.workers.engines import PcmF32, Utterance
 from voicelane.workers.realtime_io import LaneIO
-from voicelane.workers.render import utterance_of
 
 log = logging.getLogger(__name__)
 
@@ -222,35 +206,6 @@ class _Resume:
     pts_ms: int = 0
     next_sentence: int = 0
     ended: bool = False
-
-
-class _Edges:
-    """Cut a streamed sentence's silent edges around an SSML break: its leading silence
-    (after a break) from its first chunk, its trailing silence (before one) from its last
-    chunk, which is held back until the sentence ends."""
-
-    def __init__(self, rate_hz: int, trim_lead: bool, trim_tail: bool) -> None:
-        self.rate_hz = rate_hz
-        self.trim_lead = trim_lead
-        self.trim_tail = trim_tail
-        self.held: PcmF32 = np.zeros(0, dtype=np.float32)
-
-    def take(self, chunk: PcmF32) -> PcmF32:
-        if self.trim_lead and len(chunk):
-            lead, _ = silence_edges(chunk, self.rate_hz)
-            chunk = chunk[lead:]
-            self.trim_lead = len(chunk) == 0
-        if not self.trim_tail:
-            return chunk
-        out, self.held = self.held, chunk
-        return out
-
-    def finish(self) -> PcmF32:
-        held, self.held = self.held, np.zeros(0, dtype=np.float32)
-        if self.trim_tail and len(held):
-            _, tail = silence_edges(held, self.rate_hz)
-            held = held[: len(held) - tail]
-        return held
 
 
 @dataclass
@@ -421,7 +376,6 @@ class Session:
         else:
             out = _ByteOutput(request, self.settings)
         resampler = StreamResampler(engine.sample_rate_hz, request.sample_rate_hz)
-        trim_lead = False
         async for sentence in self._sentences():
             if sentence.index < resume.next_sentence:
                 continue
@@ -438,27 +392,13 @@ class Session:
                     sentence=sentence.index,
                 )
             )
-            utterance = utterance_of(engine, seg, voice=request.voice, speed=request.speed)
-            edges = _Edges(engine.sample_rate_hz, trim_lead, seg.pause_after_ms is not None)
-            trim_lead = seg.pause_after_ms is not None
-            async with contextlib.aclosing(self._speak(utterance)) as audio:
-                async for chunk in audio:
-                    pcm = edges.take(chunk)
-                    if seg.voicing.volume_db:
-                        pcm = apply_gain_db(pcm, seg.voicing.volume_db)
+            async with contextlib.aclosing(self._speak(seg.text)) as audio:
+                async for pcm in audio:
                     for piece in _slices(pcm, engine.sample_rate_hz, out.first_sent):
                         # Encode just ahead of playback: leaves the CPU to other streams'
                         # first packets instead of encoding a whole sentence nobody hears yet.
                         await self._pace(out.produced_ms, self.settings.encode_ahead_s)
                         await self._send(out.write(resampler.process(piece), sentence.index))
-            tail = edges.finish()
-            if seg.voicing.volume_db:
-                tail = apply_gain_db(tail, seg.voicing.volume_db)
-            if seg.pause_after_ms is not None:
-                tail = np.concatenate(
-                    [tail, silence(seg.pause_after_ms / 1000, engine.sample_rate_hz)]
-                )
-            await self._send(out.write(resampler.process(tail), sentence.index))
             await self._send(out.write(resampler.flush(), sentence.index))
             await self._send(out.end_sentence(sentence.index))
         await self._send(out.close())
@@ -490,12 +430,12 @@ class Session:
         if self._started_at is None:
             self._started_at = time.monotonic()
 
-    async def _speak(self, utterance: Utterance) -> AsyncGenerator[PcmF32, None]:
+    async def _speak(self, text: str) -> AsyncGenerator[PcmF32, None]:
         """The sentence's PCM as the batcher streams it; cancelling the session's task (or
         leaving early) cancels the utterance in the batcher."""
         deadline_s = time.monotonic() + (self.request.deadline_ms - now_ms()) / 1000
         stream = self.batcher.submit_stream(
-            utterance,
+            Utterance(text, self.request.voice, self.request.speed),
             priority=Priority.REALTIME,
             deadline_s=deadline_s,
         )
@@ -523,15 +463,13 @@ class Session:
 
     async def _sentences(self) -> AsyncIterator[_Sentence]:
         """Sentences as the request's text arrives: complete ones first, the rest at the end.
-        Each cut sentence is prepared for the engine (:func:`prepare_text`: lexicons,
-        normalization, the engine's alphabet); an SSML document is prepared whole, once all
-        of it has arrived."""
+        Each cut sentence is prepared for the engine as it is cut (:func:`prepare_text`:
+        normalization, the engine's alphabet)."""
         options = self.request.text_options
         profile = profile_for(self.batcher.engine.name)
         cutter = SentenceCutter()
         after = "0"
         index = 0
-        ssml: str | None = "" if options.ssml else None
         while True:
             if self._first_input:
                 pieces, self._first_input = self._first_input, []
@@ -542,24 +480,10 @@ class Session:
             for entry_id, piece in pieces:
                 after = entry_id
                 text_piece = piece.kind is InputKind.TEXT
-                first = ssml is None and text_piece and index == 0 and not cutter.buffer
-                if first and options.ssml and looks_like_ssml(piece.text):
-                    ssml = ""
-                if ssml is not None:
-                    if text_piece:
-                        ssml += piece.text
-                    if piece.kind is InputKind.END:
-                        prepared = prepare_text(ssml, profile=profile, options=options)
-                        self._report(prepared)
-                        for segment in prepared.segments:
-                            yield _Sentence(index, segment, 0, segment.text)
-                            index += 1
-                        return
-                    continue
                 ready = cutter.feed(piece.text) if text_piece else cutter.flush()
                 for cut, base in ready:
                     raw = cutter.raw(cut)
-                    prepared = spoken_segment_text(raw, profile=profile, options=options)
+                    prepared = prepare_text(raw, profile=profile, options=options)
                     self._report(prepared)
                     for spoken in prepared.segments:
                         caption = normalize_whitespace(raw[spoken.start : spoken.end])

@@ -20,6 +20,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -27,21 +28,13 @@ from voicelane.common.atomic import atomic_output
 from voicelane.common.audio import (
     AudioFormat,
     StreamResampler,
-    apply_gain_db,
     open_writer,
     silence,
-    silence_edges,
     validate_sample_rate,
 )
 from voicelane.common.errors import DeadlineExceededError
 from voicelane.core.settings import EmbeddedSettings
-from voicelane.core.speech_text import (
-    PreparedText,
-    SpokenSegment,
-    TextOptions,
-    clamp_rate,
-    prepare_text,
-)
+from voicelane.core.speech_text import PreparedText, TextOptions, prepare_text
 from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Engine, PcmF32, Utterance, create_engine
@@ -68,23 +61,19 @@ class RenderResult:
         return self.duration_s / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
 
-def utterance_of(engine: Engine, segment: SpokenSegment, *, voice: str, speed: float) -> Utterance:
-    """The engine's utterance for a prepared segment: SSML's voice and rate over the
-    request's (the rate within the engine's range), its pitch where the engine renders it."""
-    voicing = segment.voicing
-    if voicing.plain:
-        return Utterance(segment.text, voice, speed)
-    caps = engine.capabilities()
-    rate = clamp_rate(speed * voicing.rate, caps.min_speed, caps.max_speed)
-    params: tuple[tuple[str, float | int | str], ...] = ()
-    if voicing.pitch_semitones and getattr(engine, "pitch", False):
-        params = (("pitch", voicing.pitch_semitones),)
-    return Utterance(segment.text, voicing.voice or voice, round(rate, 3), params=params)
+class Speakable(Protocol):
+    """What the renderer needs of a segment (``voicelane.core.speech_text.SpokenSegment``
+    has it)."""
+
+    @property
+    def text(self) -> str: ...
+    @property
+    def paragraph_end(self) -> bool: ...
 
 
 def synthesize_segments(
     batcher: Batcher,
-    segments: Sequence[SpokenSegment],
+    segments: Sequence[Speakable],
     *,
     voice: str,
     speed: float = 1.0,
@@ -108,10 +97,9 @@ def synthesize_segments(
         except FutureTimeout:
             raise DeadlineExceededError("segment not rendered before the deadline") from None
 
-    engine = batcher.engine
     try:
         for segment in segments:
-            utterance = utterance_of(engine, segment, voice=voice, speed=speed)
+            utterance = Utterance(segment.text, voice, speed)
             pending.append(
                 batcher.submit(utterance, priority=priority, deadline_s=deadline_s, group=group)
             )
@@ -126,7 +114,7 @@ def synthesize_segments(
 
 def speech_at_rate(
     batcher: Batcher,
-    segments: Sequence[SpokenSegment],
+    segments: Sequence[Speakable],
     *,
     voice: str,
     speed: float,
@@ -141,13 +129,9 @@ def speech_at_rate(
     """PCM at ``sample_rate_hz`` with ``pause_s`` of silence after each paragraph.
 
     Yields ``(segments done, pcm)`` pieces in order. No pause follows the last segment unless
-    ``pause_after_last`` (a chunk in the middle of a job ending on a paragraph). A segment
-    with ``pause_after_ms`` (an SSML break) is followed by exactly that much silence: the
-    engine's own trailing silence and the next segment's leading silence are cut
-    (:func:`voicelane.common.audio.silence_edges`).
+    ``pause_after_last`` (a chunk in the middle of a job ending on a paragraph).
     """
-    engine_rate = batcher.engine.sample_rate_hz
-    resampler = StreamResampler(engine_rate, sample_rate_hz)
+    resampler = StreamResampler(batcher.engine.sample_rate_hz, sample_rate_hz)
     pause = silence(pause_s, sample_rate_hz)
     produced = synthesize_segments(
         batcher,
@@ -160,23 +144,9 @@ def speech_at_rate(
         group=group,
     )
     last = len(segments) - 1
-    trim_lead = False
-    for index, (segment, rendered) in enumerate(zip(segments, produced, strict=True)):
-        gap_ms = segment.pause_after_ms
-        pcm = rendered
-        if trim_lead or gap_ms is not None:
-            lead, tail = silence_edges(pcm, engine_rate)
-            pcm = pcm[(lead if trim_lead else 0) : len(pcm) - (tail if gap_ms is not None else 0)]
-        trim_lead = gap_ms is not None
-        if segment.voicing.volume_db:
-            pcm = apply_gain_db(pcm, segment.voicing.volume_db)
+    for index, (segment, pcm) in enumerate(zip(segments, produced, strict=True)):
         yield index + 1, resampler.process(pcm)
-        if gap_ms is not None and (index < last or pause_after_last):
-            yield (
-                index + 1,
-                np.concatenate([resampler.flush(), silence(gap_ms / 1000, sample_rate_hz)]),
-            )
-        elif segment.paragraph_end and (index < last or pause_after_last):
+        if segment.paragraph_end and (index < last or pause_after_last):
             yield index + 1, np.concatenate([resampler.flush(), pause])
     yield len(segments), resampler.flush()
 
@@ -202,7 +172,7 @@ class EmbeddedRenderer:
         self.close()
 
     def prepare(self, text: str, options: TextOptions = TextOptions()) -> PreparedText:  # noqa: B008
-        """``text`` as this renderer's engine will be given it (what ``voicelane text`` shows)."""
+        """``text`` as this renderer's engine will be given it."""
         return prepare_text(
             text,
             profile=profile_for(self.engine.name),

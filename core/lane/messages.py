@@ -76,8 +76,7 @@ class StreamRequest:
     worker can, for a client that stores the audio rather than plays it as it comes."""
     submitted_ms: int = field(default_factory=now_ms)
     text_options: TextOptions = TextOptions()  # noqa: RUF009 - frozen, shared default
-    """How the text is read: normalization, SSML, the tenant's lexicons (resolved by the
-    front, so every worker reads the text alike)."""
+    """How the text is read (whether it is normalized)."""
 
     def to_fields(self) -> dict[str, str]:
         return {

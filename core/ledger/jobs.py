@@ -100,7 +100,6 @@ class Jobs:
                 "speed": options.speed,
                 "callback_url": options.callback_url or "",
                 "normalize": "1" if options.text_options.normalize else "0",
-                "ssml": options.text_options.to_fields()["ssml"],
                 "characters": len(text),
                 "created_at": now,
                 "updated_at": now,
@@ -233,7 +232,7 @@ class Jobs:
         return counts
 
 
-_TEXT_FIELDS = ("normalize", "ssml", "lexicons")
+_TEXT_FIELDS = ("normalize",)
 
 
 def plausible_id(job_id: str) -> bool:

@@ -39,19 +39,9 @@ class ChunkPlan:
     end: int
     last: bool
     """The job's last chunk: no pause after its final segment."""
-    pauses_ms: tuple[int | None, ...] = ()
-    """Per segment, an SSML break's exact silence after it (None: the usual pauses);
-    empty when the chunk has none."""
-    voicings: tuple[tuple[str | None, float, float, float] | None, ...] = ()
-    """Per segment, SSML's (voice, rate, volume_db, pitch_semitones), None where plain;
-    empty when the chunk has none."""
 
     def to_json(self) -> str:
-        data = asdict(self)
-        for name in ("pauses_ms", "voicings"):
-            if not data[name]:
-                del data[name]
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> ChunkPlan:
@@ -62,11 +52,6 @@ class ChunkPlan:
             start=data["start"],
             end=data["end"],
             last=data["last"],
-            pauses_ms=tuple(data.get("pauses_ms", ())),
-            voicings=tuple(
-                None if v is None else (v[0], float(v[1]), float(v[2]), float(v[3]))
-                for v in data.get("voicings", ())
-            ),
         )
 
 
@@ -78,7 +63,7 @@ class JobOptions:
     speed: float = 1.0
     callback_url: str | None = None
     text_options: TextOptions = TextOptions()  # noqa: RUF009 - frozen, shared default
-    """How the text is read (normalization, SSML, the lexicons as they were at submission)."""
+    """How the text is read (whether it is normalized)."""
 
 
 @dataclass(frozen=True, slots=True)

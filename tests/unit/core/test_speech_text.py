@@ -88,13 +88,8 @@ def test_segments_keep_paragraph_ends_and_spans() -> None:
     assert text[segments[1].start : segments[1].end] == "Second   2."
 
 
-def test_ssml_is_refused_until_its_reader_lands() -> None:
-    with pytest.raises(InvalidInputError, match=r"^text: SSML is not supported yet"):
-        prepare_text("<speak>hi</speak>", profile=ESPEAK, options=TextOptions(ssml=True))
-
-
 def test_options_survive_their_string_fields() -> None:
-    options = TextOptions(normalize=False, ssml=None)
+    options = TextOptions(normalize=False)
     assert TextOptions.from_fields(options.to_fields()) == options
     assert TextOptions.from_fields({}) == TextOptions()
 

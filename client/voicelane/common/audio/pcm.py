@@ -96,34 +96,6 @@ def silence(duration_s: float, sample_rate_hz: int) -> PcmF32:
     return np.zeros(round(duration_s * sample_rate_hz), dtype=np.float32)
 
 
-SILENCE_THRESHOLD = 10 ** (-45 / 20)
-"""Amplitude below which audio counts as silence at its edges (-45 dBFS)."""
-_EDGE_FRAME_S = 0.005
-
-
-def silence_edges(
-    pcm: PcmF32, sample_rate_hz: int, *, threshold: float = SILENCE_THRESHOLD
-) -> tuple[int, int]:
-    """Samples of silence ``(leading, trailing)`` of ``pcm``: whole 5 ms frames whose peak
-    stays below ``threshold``. All silent: ``(len(pcm), 0)``."""
-    frame = max(1, round(sample_rate_hz * _EDGE_FRAME_S))
-    loud = np.flatnonzero(np.abs(pcm) >= threshold)
-    if len(loud) == 0:
-        return len(pcm), 0
-    lead = (int(loud[0]) // frame) * frame
-    last = int(loud[-1]) + 1
-    end = min(len(pcm), -(-last // frame) * frame)
-    return lead, len(pcm) - end
-
-
-def apply_gain_db(pcm: PcmF32, gain_db: float) -> PcmF32:
-    """``pcm`` louder or softer by ``gain_db`` (clipped to [-1, 1]); -96 dB and below: silence."""
-    if gain_db <= -96:
-        return np.zeros_like(pcm)
-    out = pcm * np.float32(10 ** (gain_db / 20))
-    return np.clip(out, -1.0, 1.0, out=out)
-
-
 def resampled_length(n_samples: int, src_hz: int, dst_hz: int) -> int:
     """Length of :func:`resample` output for ``n_samples`` input: ``ceil(n * dst / src)``."""
     return -(-n_samples * dst_hz // src_hz)
