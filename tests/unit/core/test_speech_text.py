@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -114,3 +115,16 @@ def test_no_digit_or_symbol_is_left_in_most_of_the_set() -> None:
         if re.search(r"[0-9$€£¥%+=<>@#&\\^~|°]", normalize_text(str(r["text"])).text)
     ]
     assert len(left) <= 17, left
+
+
+def test_any_text_prepares_without_error_and_spans_stay_inside_it() -> None:
+    """Seeded fuzz over the characters the normalizer reacts to: nothing raises, and every
+    segment's span slices the input."""
+    rnd = random.Random(7)
+    alphabet = "0123456789$€£¥%+-=@#&/:.,()~×÷½°年月日元个 abcXYZ你好\n😀é"
+    for _ in range(500):
+        text = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 80)))
+        for profile in (CHATTTS, ESPEAK):
+            for segment in prepare_text(text, profile=profile).segments:
+                assert 0 <= segment.start <= segment.end <= len(text)
+                assert segment.text
