@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Any
 
 from voicelane.common.errors import InvalidInputError
+from voicelane.core.lexicon import Lexicon
 from voicelane.core.normalize import normalize_text
 from voicelane.core.text import (
     DEFAULT_MAX_SEGMENT_CHARS,
@@ -47,7 +48,10 @@ __all__ = [
     "PreparedText",
     "SpokenSegment",
     "TextOptions",
+    "PLAIN",
+    "TEXT_OPTION_FIELDS",
     "TextWarning",
+    "Voicing",
     "prepare_text",
 ]
 
@@ -83,16 +87,64 @@ class TextOptions:
     """How a request's text is read."""
 
     normalize: bool = True
+    ssml: bool | None = None
+    """True: the text is SSML; False: plain text; None: SSML when it starts with ``<speak``."""
+    lexicon: Lexicon = Lexicon()  # noqa: RUF009 - frozen, shared default
+    """The entries of the lexicons the request applies, resolved by the front at submission
+    (so every worker reads the text alike, and a job keeps them as they were)."""
+    lexicon_names: tuple[str, ...] = ()
+    """The names of those lexicons (shown in the job record)."""
 
     def to_fields(self) -> dict[str, str]:
         """As string fields (a Redis hash, the lane's request)."""
-        return {"normalize": "1" if self.normalize else "0"}
+        fields = {
+            "normalize": "1" if self.normalize else "0",
+            "ssml": "" if self.ssml is None else ("1" if self.ssml else "0"),
+        }
+        if self.lexicon:
+            fields["lexicon"] = self.lexicon.to_json()
+        if self.lexicon_names:
+            fields["lexicon_names"] = ",".join(self.lexicon_names)
+        return fields
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> TextOptions:
         """The inverse of :meth:`to_fields`; absent fields (records written before these
         options existed) read as the defaults."""
-        return cls(normalize=fields.get("normalize", "1") != "0")
+        ssml = fields.get("ssml", "")
+        names = fields.get("lexicon_names", "")
+        return cls(
+            normalize=fields.get("normalize", "1") != "0",
+            ssml=None if ssml == "" else ssml == "1",
+            lexicon=Lexicon.from_json(fields.get("lexicon", "")),
+            lexicon_names=tuple(names.split(",")) if names else (),
+        )
+
+
+TEXT_OPTION_FIELDS = ("normalize", "ssml", "lexicon", "lexicon_names")
+"""The names :meth:`TextOptions.to_fields` may write."""
+
+
+@dataclass(frozen=True, slots=True)
+class Voicing:
+    """What SSML changes about how a segment sounds (the request's own voice and speed
+    apply where these are unset / 1.0)."""
+
+    voice: str | None = None
+    """SSML ``voice``: another voice of the same engine for this segment."""
+    rate: float = 1.0
+    """SSML ``prosody rate``: multiplies the request's speed (clamped to the engine's range)."""
+    volume_db: float = 0.0
+    """SSML ``prosody volume``: gain applied to the segment's audio."""
+    pitch_semitones: float = 0.0
+    """SSML ``prosody pitch``, on engines that render pitch (``TextProfile.pitch``)."""
+
+    @property
+    def plain(self) -> bool:
+        return self == PLAIN
+
+
+PLAIN = Voicing()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +159,13 @@ class SpokenSegment:
     paragraph_end: bool
     mapping: Mapped = field(repr=False, compare=False)
     """Engine-text offsets → input offsets (``mapping.source_span(a, b)``)."""
+    pause_after_ms: int | None = None
+    """An SSML ``break``: exactly this much silence follows (replacing the engine's own
+    pause there and the paragraph pause); None: the usual pauses."""
+    voicing: Voicing = PLAIN
+    marks: tuple[tuple[str, int], ...] = ()
+    """SSML marks ``(name, offset in the engine text)``: reported with their audio time (the
+    start of the first word at or after the offset; the segment's end when none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +176,10 @@ class PreparedText:
     """Warnings beyond :data:`MAX_WARNINGS`, not listed."""
     unspeakable_chars: int = 0
     """Characters removed because the engine cannot speak them (the metric's increment)."""
+    ssml: bool = False
+    """The input was read as SSML."""
+    trailing_marks: tuple[str, ...] = ()
+    """SSML marks after the last spoken word: reported at the end of the audio."""
 
     def check_speakable(self, *, field: str = "text") -> None:
         """Refuse a text with nothing the engine can speak."""

@@ -38,7 +38,7 @@ from voicelane.core.ledger.records import (
     one_line,
     text_of,
 )
-from voicelane.core.speech_text import TextOptions
+from voicelane.core.speech_text import TEXT_OPTION_FIELDS, TextOptions
 
 ERROR_CHARS = 500
 """What a final job keeps of the reason it failed."""
@@ -99,7 +99,7 @@ class Jobs:
                 "sample_rate_hz": options.sample_rate_hz,
                 "speed": options.speed,
                 "callback_url": options.callback_url or "",
-                "normalize": "1" if options.text_options.normalize else "0",
+                **options.text_options.to_fields(),
                 "characters": len(text),
                 "created_at": now,
                 "updated_at": now,
@@ -232,7 +232,7 @@ class Jobs:
         return counts
 
 
-_TEXT_FIELDS = ("normalize",)
+_TEXT_FIELDS = TEXT_OPTION_FIELDS
 
 
 def plausible_id(job_id: str) -> bool:
