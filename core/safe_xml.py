@@ -132,7 +132,8 @@ class _Builder:
             byte_end = runs[index + 1][1] if index + 1 < len(runs) else until_byte
             start, end = self._char_offset(byte_start), self._char_offset(byte_end)
             last = parent.children[-1] if parent.children else None
-            if isinstance(last, XmlText) and last.end == start and last.exact and end - start == len(text):
+            joins = isinstance(last, XmlText) and last.end == start and last.exact
+            if joins and isinstance(last, XmlText) and end - start == len(text):
                 last.text += text
                 last.end = end
             else:

@@ -45,11 +45,11 @@ from voicelane.core.text_profiles import TextProfile
 
 __all__ = [
     "MAX_WARNINGS",
+    "PLAIN",
+    "TEXT_OPTION_FIELDS",
     "PreparedText",
     "SpokenSegment",
     "TextOptions",
-    "PLAIN",
-    "TEXT_OPTION_FIELDS",
     "TextWarning",
     "Voicing",
     "prepare_text",

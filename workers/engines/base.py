@@ -28,7 +28,15 @@ import numpy.typing as npt
 
 from voicelane.core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
 
-__all__ = ["Engine", "PcmF32", "StepEvent", "StepSession", "Utterance", "VoiceInfo"]
+__all__ = [
+    "Engine",
+    "PcmF32",
+    "StepEvent",
+    "StepSession",
+    "Utterance",
+    "VoiceInfo",
+    "WordEvent",
+]
 
 PcmF32 = npt.NDArray[np.float32]
 
@@ -45,6 +53,16 @@ class Utterance:
     """For sampling engines: same seed + same text → same audio."""
     params: tuple[tuple[str, float | int | str], ...] = field(default=())
     """Engine-specific sampling parameters, as sorted pairs so utterances stay hashable."""
+
+
+@dataclass(frozen=True, slots=True)
+class WordEvent:
+    """An engine's report that a word starts: ``[char_start, char_end)`` of the utterance's
+    text, heard from ``sample`` (at the engine's rate) of the utterance's audio."""
+
+    char_start: int
+    char_end: int
+    sample: int
 
 
 @dataclass(frozen=True, slots=True)
