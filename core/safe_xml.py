@@ -6,8 +6,12 @@ fault, everything a hostile document uses:
 * a document type declaration (``<!DOCTYPE``): no DTD, so no entity definitions, no billion
   laughs, no external entities or references;
 * an entity reference other than XML's five (``&amp;`` ...) and character references;
-* more than ``max_chars`` characters (checked before parsing), more than ``max_depth``
-  nested elements, more than ``max_elements`` elements.
+* more than ``max_chars`` characters (checked before parsing; the error names the line and
+  column where the limit falls), more than ``max_depth`` nested elements, more than
+  ``max_elements`` elements.
+
+The source is read as UTF-8 whatever its XML declaration says (it is already a ``str``), so
+lines and columns count code points, as offsets do. Time is linear in the document's size.
 
 Text keeps its place in the source: every :class:`XmlText` is one run of character data with
 the code-point span ``[start, end)`` of the source it came from (``&amp;`` decodes to ``&``
@@ -179,7 +183,9 @@ class _Builder:
         position = start
         for match in pattern.finditer(self.source, start, until):
             if match.start() > position:
-                pieces.append(XmlText(self.source[position : match.start()], position, match.start()))
+                pieces.append(
+                    XmlText(self.source[position : match.start()], position, match.start())
+                )
             pieces.append(XmlText(_decode(match.group()), match.start(), match.end()))
             position = match.end()
         if until > position:
@@ -282,7 +288,10 @@ def parse_xml(
 ) -> XmlElement:
     """The root element of ``source``, or :class:`XmlError` (see the module docstring)."""
     if len(source) > max_chars:
-        raise XmlError(f"document is longer than {max_chars} characters", 1, 1)
+        # Where the document crosses the limit, so the message names a place like the others.
+        line = source.count("\n", 0, max_chars) + 1
+        column = max_chars - (source.rfind("\n", 0, max_chars) + 1) + 1
+        raise XmlError(f"document is longer than {max_chars} characters", line, column)
     builder = _Builder(source, max_depth, max_elements)
     try:
         builder.parser.Parse(source.encode("utf-8"), True)
