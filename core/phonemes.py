@@ -361,6 +361,9 @@ IPA_TO_ESPEAK: dict[str, str] = {
     "w": "w",
     "ʍ": "w#",
     "j": "j",
+    # Secondary articulations, as the sound they colour the consonant with
+    "ʲ": "j",
+    "ʷ": "w",
     # Suprasegmentals
     "ˈ": "'",
     "ˌ": ",",

@@ -266,7 +266,13 @@ class _Builder:
         self._markup(here + len("]]>"))
 
     def _doctype(self, *_args: object) -> None:
-        self._fail("a document type declaration (DOCTYPE) is not allowed")
+        # expat reports it where its internal subset starts: name where it begins.
+        here = self._here()
+        start = self.source.rfind("<!DOCTYPE", 0, here + 1)
+        start = here if start < 0 else start
+        line = self.source.count("\n", 0, start) + 1
+        column = start - (self.source.rfind("\n", 0, start) + 1) + 1
+        raise XmlError("a document type declaration (DOCTYPE) is not allowed", line, column)
 
     def _entity(self, *_args: object) -> None:  # pragma: no cover - only inside a DOCTYPE
         self._fail("entity declarations are not allowed")

@@ -836,14 +836,21 @@ class _Reader:
         if not tokens:
             return
         builder = self._builder(context, verbatim=True)
+        # Spaces between Latin words; none next to Chinese (as the normalizer writes it).
+        first, last = tokens[0][2], tokens[-1][2]
         before = element.start > 0 and self.source[element.start - 1].isalnum()
         before = before or bool(self._run_last and not self._run_last.isspace())
+        before = before and not _cjk(first[:1]) and not _cjk(self._run_last or " ")
         after = element.end < len(self.source) and self.source[element.end].isalnum()
+        after = after and not _cjk(last[-1:]) and not _cjk(self.source[element.end])
         for index, (token_start, token_end, words) in enumerate(tokens):
             text = words
             if index == 0 and before:
                 text = " " + text
-            if index + 1 < len(tokens) or after:
+            if index + 1 < len(tokens):
+                following = tokens[index + 1][2]
+                text += "" if _cjk(words[-1:]) and _cjk(following[:1]) else " "
+            elif after:
                 text += " "
             # Never back over what is already mapped (tokens only move forward).
             start = max(token_start, self._run_position)
@@ -1178,6 +1185,11 @@ class _Reader:
             Speech(content, inner.voicing, False, Phonemes(ipa, alphabet), inner.lang)
         )
         self._spoken = True
+
+
+def _cjk(char: str) -> bool:
+    """A Chinese character or a Chinese comma (no spaces around those)."""
+    return bool(char) and (char in "，。、" or _HAN.match(char) is not None)
 
 
 def _nfkc_char(char: str) -> str:
