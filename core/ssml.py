@@ -901,11 +901,12 @@ class _Reader:
     def _element(self, element: XmlElement, context: _Context) -> None:
         handler = self._handlers.get(element.tag)
         if handler is None:
-            why = (
-                "a nested <speak> is read as its content"
-                if element.tag == "speak"
-                else f"<{element.tag}> is not supported: its content is spoken, the tag ignored"
-            )
+            if element.tag == "speak":
+                why = "a nested <speak> is read as its content"
+            elif element.children:
+                why = f"<{element.tag}> is not supported: its content is spoken, the tag ignored"
+            else:
+                why = f"<{element.tag}> is not supported: ignored"
             self._warn("ignored-element", why, element)
             self._children(element, context)
             return
@@ -962,6 +963,7 @@ class _Reader:
         context = self._attributes(element, context, ("xml:lang",))
         if self._spoken:
             self._boundary(kind)
+        self._flush()  # a run never spans the start of a paragraph or sentence
         self._children(element, context)
         self._boundary(kind)
 

@@ -50,7 +50,7 @@ def test_a_character_that_is_no_xsampa_symbol_is_refused_by_name() -> None:
     assert caught.value.field == "text"
 
 
-# ---- IPA → espeak ------------------------------------------------------------------------------
+# ---- IPA → espeak ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

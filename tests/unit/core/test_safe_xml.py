@@ -33,7 +33,7 @@ def elements(element: XmlElement) -> list[XmlElement]:
     return [child for child in element.children if isinstance(child, XmlElement)]
 
 
-# ---- hostile input -----------------------------------------------------------------------
+# ---- hostile input ---------------------------------------------------------------------------
 
 
 def test_billion_laughs_is_refused_at_its_doctype() -> None:
@@ -104,7 +104,7 @@ def test_text_outside_the_root_is_refused() -> None:
         parse_xml("<speak>a</speak> trailing", max_chars=MAX)
 
 
-# ---- spans ---------------------------------------------------------------------------------
+# ---- spans -----------------------------------------------------------------------------------
 
 
 def test_a_reference_decodes_but_spans_its_source_characters() -> None:
