@@ -745,17 +745,48 @@ class _Context:
 _RunKey = tuple[Voicing, bool, str | None]
 
 
+class _Run:
+    """Text being gathered into one :class:`Speech`: its parts and their map pieces (built
+    directly: the reader adds them in source order, as :class:`MapBuilder` would)."""
+
+    __slots__ = ("key", "last", "length", "pieces", "position", "texts")
+
+    def __init__(self, key: _RunKey) -> None:
+        self.key = key
+        self.texts: list[str] = []
+        self.pieces: list[Piece] = []
+        self.length = 0
+        self.position = 0
+        """Where the map has reached in the source."""
+        self.last = ""
+        """The last character of the text."""
+
+    def add(self, text: str, src_start: int, src_end: int, *, exact: bool) -> None:
+        if not text:
+            return
+        end = self.length + len(text)
+        last = self.pieces[-1] if self.pieces else None
+        if exact and last is not None and last.exact and last.src_end == src_start:
+            self.pieces[-1] = Piece(last.out_start, end, last.src_start, src_end, True)
+        else:
+            self.pieces.append(Piece(self.length, end, src_start, src_end, exact))
+        self.texts.append(text)
+        self.length = end
+        self.position = src_end
+        self.last = text[-1]
+
+    def speech(self, source_length: int) -> Speech:
+        voicing, verbatim, lang = self.key
+        mapped = Mapped("".join(self.texts), tuple(self.pieces), source_length)
+        return Speech(mapped, voicing, verbatim, None, lang)
+
+
 class _Reader:
     def __init__(self, source: str) -> None:
         self.source = source
         self.items: list[SsmlItem] = []
         self.warnings: list[SsmlWarning] = []
-        self._run: MapBuilder | None = None
-        self._run_key: _RunKey | None = None
-        self._run_position = 0
-        """Where the current run's map has reached in the source."""
-        self._run_last = ""
-        """The last character of the current run's text."""
+        self._run: _Run | None = None
         self._spoken = False
         """Something was spoken since the last boundary."""
         self._last_boundary: int | None = None
@@ -781,21 +812,16 @@ class _Reader:
         return SsmlDocument(tuple(self.items), tuple(self.warnings))
 
     def _flush(self) -> None:
-        if self._run is not None and self._run_key is not None:
-            voicing, verbatim, lang = self._run_key
-            self.items.append(Speech(self._run.build(), voicing, verbatim, None, lang))
+        if self._run is not None and self._run.texts:
+            self.items.append(self._run.speech(len(self.source)))
         self._run = None
-        self._run_key = None
 
-    def _builder(self, context: _Context, *, verbatim: bool) -> MapBuilder:
+    def _builder(self, context: _Context, *, verbatim: bool) -> _Run:
         """The run to add text to: the current one if it reads alike, else a new one."""
         key = (context.voicing, verbatim, context.lang)
-        if self._run is None or self._run_key != key:
+        if self._run is None or self._run.key != key:
             self._flush()
-            self._run = MapBuilder(self.source)
-            self._run_key = key
-            self._run_position = 0
-            self._run_last = ""
+            self._run = _Run(key)
         return self._run
 
     def _append(self, item: SsmlItem) -> None:
@@ -818,13 +844,9 @@ class _Reader:
 
     # -- text
     def _text(self, text: XmlText, context: _Context) -> None:
-        builder = self._builder(context, verbatim=False)
-        if text.exact:
-            builder.keep(text.start, text.end)
-        else:
-            builder.replace(text.start, text.end, text.text)
-        self._run_position = text.end
-        self._run_last = text.text[-1:] or self._run_last
+        self._builder(context, verbatim=False).add(
+            text.text, text.start, text.end, exact=text.end - text.start == len(text.text)
+        )
         if not self._spoken and not text.text.isspace():
             self._spoken = True
 
@@ -835,12 +857,12 @@ class _Reader:
         where the source runs on into a letter or digit."""
         if not tokens:
             return
-        builder = self._builder(context, verbatim=True)
+        run = self._builder(context, verbatim=True)
         # Spaces between Latin words; none next to Chinese (as the normalizer writes it).
         first, last = tokens[0][2], tokens[-1][2]
         before = element.start > 0 and self.source[element.start - 1].isalnum()
-        before = before or bool(self._run_last and not self._run_last.isspace())
-        before = before and not _cjk(first[:1]) and not _cjk(self._run_last or " ")
+        before = before or bool(run.last and not run.last.isspace())
+        before = before and not _cjk(first[:1]) and not _cjk(run.last or " ")
         after = element.end < len(self.source) and self.source[element.end].isalnum()
         after = after and not _cjk(last[-1:]) and not _cjk(self.source[element.end])
         for index, (token_start, token_end, words) in enumerate(tokens):
@@ -853,11 +875,8 @@ class _Reader:
             elif after:
                 text += " "
             # Never back over what is already mapped (tokens only move forward).
-            start = max(token_start, self._run_position)
-            end = max(start, token_end)
-            builder.replace(start, end, text)
-            self._run_position = end
-            self._run_last = text[-1]
+            start = max(token_start, run.position)
+            run.add(text, start, max(start, token_end), exact=False)
         self._spoken = True
 
     def _content(self, element: XmlElement, what: str) -> Mapped:
