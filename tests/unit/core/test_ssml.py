@@ -4,6 +4,7 @@ the vendors' documented samples, and hostile documents."""
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -916,3 +917,41 @@ def test_the_cap_on_characters_can_be_set_per_call() -> None:
     with pytest.raises(TextTooLargeError):
         read_ssml("<speak>" + "a" * 100 + "</speak>", max_chars=50)
     assert words(read_ssml("<speak>ok</speak>", max_chars=50)) == "ok"
+
+
+# ---- anything else ------------------------------------------------------------------------------
+
+FRAGMENTS = (
+    "<p>", "</p>", "<s>", "</s>", '<break time="{n}ms"/>', '<break strength="strong"/>',
+    '<prosody rate="{rate}">', "</prosody>", '<say-as interpret-as="{kind}">{content}</say-as>',
+    '<sub alias="x {n}">y</sub>', '<phoneme ph="təˈmeɪtoʊ">t</phoneme>', '<mark name="m{n}"/>',
+    '<voice name="en-gb">', "</voice>", "<emphasis>", "</emphasis>", "hello ", "中文", "&amp;",
+    " 12 ", "\r\n", "<!-- c -->", "<![CDATA[<x>]]>", "<amazon:effect>", "</amazon:effect>",
+    '<audio src="x">fallback</audio>', "<desc>d</desc>", '<lang xml:lang="zh">', "</lang>", "é😀",
+)  # fmt: skip
+KINDS = ("characters", "cardinal", "ordinal", "digits", "date", "time", "telephone", "currency")
+CONTENTS = (
+    "0000-01-01", "2024-02-29", "0:00", "12:00 am", "+", "1", "A", "", "  ", "９", "½",
+    "1/2/3", "99999999999999999999", "-0", "2024-5-6", "13:60", "Jan 1 0000", "0/0/0", "٣",
+)  # fmt: skip
+
+
+def test_any_mix_of_elements_reads_or_is_refused_and_spans_stay_in_the_source() -> None:
+    rng = random.Random(20)
+    for _ in range(1500):
+        parts = []
+        for _ in range(rng.randint(0, 12)):
+            fragment = rng.choice(FRAGMENTS)
+            fragment = fragment.replace("{n}", str(rng.randint(0, 20_000)))
+            fragment = fragment.replace("{rate}", rng.choice(["fast", "150%", "x", "1.2", "0"]))
+            fragment = fragment.replace("{kind}", rng.choice(KINDS))
+            parts.append(fragment.replace("{content}", rng.choice(CONTENTS)))
+        source = "<speak>" + "".join(parts) + "</speak>"
+        try:
+            document = read_ssml(source)
+        except InvalidInputError as error:
+            assert str(error).startswith("SSML line "), source
+            continue
+        for speech in document.speech:
+            start, end = speech.mapped.source_span(0, len(speech.text))
+            assert 0 <= start <= end <= len(source), source
