@@ -55,11 +55,13 @@ class XmlText:
     start: int
     end: int
     """Code-point span of the source it came from."""
+    decoded: bool = False
+    """A reference or line end the parser decoded (``&amp;`` → ``&``, CR → LF)."""
 
     @property
     def exact(self) -> bool:
         """The text is the source span as written (no references decoded)."""
-        return self.end - self.start == len(self.text)
+        return not self.decoded and self.end - self.start == len(self.text)
 
 
 @dataclass(slots=True)
@@ -186,12 +188,12 @@ class _Builder:
                 pieces.append(
                     XmlText(self.source[position : match.start()], position, match.start())
                 )
-            pieces.append(XmlText(_decode(match.group()), match.start(), match.end()))
+            pieces.append(XmlText(_decode(match.group()), match.start(), match.end(), True))
             position = match.end()
         if until > position:
             pieces.append(XmlText(self.source[position:until], position, until))
         if "".join(piece.text for piece in pieces) != text:  # pragma: no cover - defensive
-            pieces = [XmlText(text, start, until)]
+            pieces = [XmlText(text, start, until, True)]
         children.extend(pieces)
 
     def _markup(self, end: int) -> None:

@@ -845,7 +845,7 @@ class _Reader:
     # -- text
     def _text(self, text: XmlText, context: _Context) -> None:
         self._builder(context, verbatim=False).add(
-            text.text, text.start, text.end, exact=text.end - text.start == len(text.text)
+            text.text, text.start, text.end, exact=text.exact
         )
         if not self._spoken and not text.text.isspace():
             self._spoken = True

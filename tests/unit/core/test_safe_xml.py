@@ -158,6 +158,15 @@ def test_a_crlf_line_end_reads_as_one_newline_spanning_both_characters() -> None
     assert source[newline.start : newline.end] == "\r\n"
 
 
+def test_a_lone_cr_reads_as_a_newline_that_is_not_the_source_as_written() -> None:
+    source = "<speak>a\rb</speak>"
+    runs = texts(parse_xml(source, max_chars=MAX))
+    newline = next(run for run in runs if run.text == "\n")
+    assert source[newline.start : newline.end] == "\r"
+    assert not newline.exact
+    assert all(run.exact for run in runs if run is not newline)
+
+
 def test_empty_tags_span_themselves_even_before_an_end_tag() -> None:
     source = '<speak><a/>x<b x=">"/></speak>'
     root = parse_xml(source, max_chars=MAX)
