@@ -413,6 +413,13 @@ def parse_pls(xml: str, *, field: str = "lexicon") -> Lexicon:
     a document that is not well-formed XML, or that the hardened reader refuses (a DOCTYPE,
     an entity), is :class:`MalformedRequestError` (400); a well-formed document that breaks
     PLS or the entry rules is :class:`InvalidInputError` (422); ``field`` is ``lexicon``."""
+    declared = _DECLARED_ENCODING.match(xml.removeprefix("\ufeff"))
+    if declared and declared.group(1).lower().replace("_", "-") not in ("utf-8", "utf8"):
+        raise InvalidInputError(
+            f"{field}: line 1: the document declares encoding {declared.group(1)!r}; "
+            "send it as UTF-8 (and declare UTF-8, or no encoding)",
+            field=field,
+        )
     try:
         root = parse_xml(
             xml.removeprefix("\ufeff"), max_chars=MAX_PLS_CHARS, max_depth=PLS_MAX_DEPTH
@@ -447,6 +454,10 @@ def parse_pls(xml: str, *, field: str = "lexicon") -> Lexicon:
         entries.append(_lexeme(child, default_alphabet, fail, field))
         _bounded_count(entries, field)
     return Lexicon(tuple(entries))
+
+
+_DECLARED_ENCODING = re.compile(r"""<\?xml[^>]*?\bencoding\s*=\s*["']([^"']*)["']""")
+"""The encoding an XML declaration names: the text arrives decoded, as UTF-8."""
 
 
 def _elements(parent: XmlElement, fail: Any) -> list[XmlElement]:
