@@ -180,31 +180,71 @@ _MARK = 2
 
 
 class _Node:
-    __slots__ = ("children", "entry")
+    __slots__ = ("edges", "entry")
 
-    def __init__(self) -> None:
-        self.children: dict[str, _Node] = {}
-        self.entry: LexiconEntry | None = None
+    def __init__(self, entry: LexiconEntry | None = None) -> None:
+        self.edges: dict[str, tuple[str, _Node]] = {}
+        """First character → (the edge's label, the node it leads to)."""
+        self.entry = entry
         """Set where a grapheme ends."""
 
 
+def _insert(root: _Node, key: str, entry: LexiconEntry) -> None:
+    """Add ``key`` to the radix tree at ``root`` (a later entry replaces an earlier one)."""
+    node = root
+    while True:
+        edge = node.edges.get(key[0])
+        if edge is None:
+            node.edges[key[0]] = (key, _Node(entry))
+            return
+        label, child = edge
+        common = 0
+        limit = min(len(label), len(key))
+        while common < limit and label[common] == key[common]:
+            common += 1
+        if common < len(label):  # split the edge where the key leaves it
+            middle = _Node()
+            middle.edges[label[common]] = (label[common:], child)
+            node.edges[key[0]] = (label[:common], middle)
+            child = middle
+        if common == len(key):
+            child.entry = entry
+            return
+        node, key = child, key[common:]
+
+
+def _follow(text: str, at: int, label: str) -> int:
+    """Where ``label`` ends if the text spells it from ``at`` (a space in it takes a run of
+    whitespace), else -1."""
+    if " " not in label:
+        return at + len(label) if text.startswith(label, at) else -1
+    size = len(text)
+    for char in label:
+        if char == " ":
+            if at >= size or not text[at].isspace():
+                return -1
+            while at < size and text[at].isspace():
+                at += 1
+        elif at < size and text[at] == char:
+            at += 1
+        else:
+            return -1
+    return at
+
+
 class _Matcher:
-    """A trie of a lexicon's graphemes, walked from each place in the text where one may
-    start (found by one compiled character class): the cost per character does not grow
-    with the number of entries. A space in a grapheme is a trie edge that takes a whole run
-    of whitespace."""
+    """A radix tree of a lexicon's graphemes, walked from each place in the text where one
+    may start (found by one compiled character class): the cost per character does not grow
+    with the number of entries, and the tree's size is that of the graphemes. A space in a
+    grapheme takes a whole run of whitespace."""
 
     def __init__(self, entries: Iterable[LexiconEntry]) -> None:
         self.root = _Node()
         for entry in entries:
             for grapheme in entry.graphemes:
-                if not (key := _collapse(grapheme)):
-                    continue
-                node = self.root
-                for char in key:
-                    node = node.children.setdefault(char, _Node())
-                node.entry = entry  # a later entry replaces an earlier one
-        firsts = "".join(sorted(self.root.children))
+                if key := _collapse(grapheme):
+                    _insert(self.root, key, entry)
+        firsts = "".join(sorted(self.root.edges))
         self.starts = re.compile(f"[{re.escape(firsts)}]") if firsts else None
 
     def find(self, text: str) -> list[LexiconHit]:
@@ -220,18 +260,17 @@ class _Matcher:
             if start and _kind(text[start]) & _WORD and _kind(text[start - 1]):
                 continue  # inside a word (or after a combining mark)
             best: tuple[int, LexiconEntry] | None = None
-            node: _Node | None = self.root
+            node = self.root
             at = start
-            while node is not None and at < size:
-                char = text[at]
-                if char.isspace():
-                    node = node.children.get(" ")
-                    while at < size and text[at].isspace():
-                        at += 1
-                else:
-                    node = node.children.get(char)
-                    at += 1
-                if node is not None and node.entry is not None and _ends_word(text, at):
+            while at < size:
+                edge = node.edges.get(" " if text[at].isspace() else text[at])
+                if edge is None:
+                    break
+                at = _follow(text, at, edge[0])
+                if at < 0:
+                    break
+                node = edge[1]
+                if node.entry is not None and _ends_word(text, at):
                     best = (at, node.entry)
             if best is not None:
                 hits.append(LexiconHit(start, best[0], best[1]))
@@ -255,7 +294,7 @@ def _collapse(grapheme: str) -> str:
     return " ".join(grapheme.split())
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=16)
 def _matcher_for(entries: tuple[LexiconEntry, ...]) -> _Matcher:
     """Shared by equal lexicons (a worker rebuilds a job's lexicon for each chunk)."""
     return _Matcher(entries)

@@ -4,10 +4,14 @@ JSON form, and every rule an entry is checked by."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from itertools import pairwise
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from voicelane.common.errors import InvalidInputError, MalformedRequestError, TextTooLargeError
 from voicelane.core.lexicon import (
@@ -530,3 +534,62 @@ def test_load_lexicon_reads_either_form() -> None:
     assert caught.value.field == "lexicon"
     with pytest.raises(InvalidInputError, match=r"^lexicon\.0: no grapheme"):
         load_lexicon('{"entries": [{"graphemes": [], "alias": "x"}]}')
+
+
+# ---- against a plain reading of the rules ---------------------------------------------------
+
+ALPHABET = "ab 北京\u0301.1\n"
+
+
+def _word(char: str) -> bool:
+    """A letter, digit or mark of a script written with spaces (here: not 北, 京)."""
+    return char not in "北京" and (char.isalnum() or unicodedata.category(char).startswith("M"))
+
+
+def reference_find(graphemes: list[str], text: str) -> list[tuple[int, int, str]]:
+    """The rules read plainly: at each place, left to right, every grapheme tried as a regex
+    with its own boundaries; the longest that fits wins; the later of equal ones."""
+    table = {" ".join(g.split()): n for n, g in enumerate(graphemes) if g.split()}
+    hits: list[tuple[int, int, str]] = []
+    at = 0
+    while at < len(text):
+        best: tuple[int, str] | None = None
+        for grapheme in table:
+            match = re.compile(re.escape(grapheme).replace("\\ ", r"\s+")).match(text, at)
+            if match is None:
+                continue
+            end = match.end()
+            if (
+                at
+                and _word(grapheme[0])
+                and (_word(text[at - 1]) or unicodedata.category(text[at - 1]).startswith("M"))
+            ):
+                continue
+            if end < len(text):
+                after = text[end]
+                if unicodedata.category(after).startswith("M"):
+                    continue
+                if _word(grapheme[-1]) and _word(after):
+                    continue
+            if best is None or end > best[0]:
+                best = (end, grapheme)
+        if best is None:
+            at += 1
+            continue
+        hits.append((at, best[0], best[1]))
+        at = best[0]
+    return hits
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    graphemes=st.lists(st.text(ALPHABET, min_size=1, max_size=4), min_size=1, max_size=8),
+    text=st.text(ALPHABET, max_size=30),
+)
+def test_find_agrees_with_the_rules_read_plainly(graphemes: list[str], text: str) -> None:
+    entries = tuple(LexiconEntry((g,), alias=str(n)) for n, g in enumerate(graphemes))
+    hits = Lexicon(entries).find(text)
+    expected = reference_find(graphemes, text)
+    assert [(h.start, h.end) for h in hits] == [(s, e) for s, e, _ in expected]
+    last = {" ".join(g.split()): str(n) for n, g in enumerate(graphemes) if g.split()}
+    assert [h.entry.alias for h in hits] == [last[g] for _, _, g in expected]
