@@ -63,6 +63,16 @@ def test_underscore_and_punctuation_are_boundaries() -> None:
     assert found(lexicon, "API_KEY, an-API-call, 'API'") == [("API", "X")] * 3
 
 
+def test_graphemes_with_punctuation_and_regex_characters() -> None:
+    lexicon = Lexicon((alias("C++", to="C plus plus"), alias(".NET", to="dot net"), alias("[x]")))
+    assert found(lexicon, "C++, .NET and [x]; C+ NET ASP.NET") == [
+        ("C++", "C plus plus"),
+        (".NET", "dot net"),
+        ("[x]", "X"),
+        (".NET", "dot net"),  # an edge that is punctuation needs no boundary
+    ]
+
+
 def test_han_graphemes_match_anywhere_in_han_text() -> None:
     lexicon = Lexicon((alias("北京", to="Beijing"), alias("行", to="xing")))
     assert found(lexicon, "我在北京工作。银行") == [("北京", "Beijing"), ("行", "xing")]
