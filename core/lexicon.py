@@ -14,7 +14,7 @@ Lexicons come in two forms, both checked by the same rules (:func:`check_entry`)
 * JSON (:func:`parse_lexicon_json`): ``{"entries": [{"graphemes": [...], "alias": "..."} |
   {"graphemes": [...], "phoneme": "...", "alphabet": "ipa"}]}``.
 
-:func:`load_lexicon` takes either (a file of the CLI's ``--lexicon``). Storage per tenant is
+:func:`read_lexicon` takes either (a file of the CLI's ``--lexicon``). Storage per tenant is
 :mod:`voicelane.core.ledger.lexicons`'.
 
 **Matching** (:meth:`Lexicon.find`): case-sensitive, as PLS; whole words — an edge of a
@@ -54,9 +54,9 @@ __all__ = [
     "LexiconEntry",
     "LexiconHit",
     "check_entry",
-    "load_lexicon",
     "parse_lexicon_json",
     "parse_pls",
+    "read_lexicon",
 ]
 
 ALPHABETS = ("ipa", "x-sampa")
@@ -379,10 +379,10 @@ def _check_chars(value: str, what: str, fail: Any) -> None:
             raise fail(f"{what} holds a control character (U+{ord(char):04X})")
 
 
-def _bounded_count(entries: list[LexiconEntry], field: str) -> None:
+def _bounded_count(entries: list[LexiconEntry], prefix: str, field: str) -> None:
     if len(entries) > MAX_ENTRIES:
         raise TextTooLargeError(
-            f"{field}: {len(entries):,} entries; a lexicon holds at most {MAX_ENTRIES:,}",
+            f"{prefix}: {len(entries):,} entries; a lexicon holds at most {MAX_ENTRIES:,}",
             field=field,
         )
 
@@ -390,23 +390,28 @@ def _bounded_count(entries: list[LexiconEntry], field: str) -> None:
 # ---- JSON ------------------------------------------------------------------------------------
 
 
-def parse_lexicon_json(data: object, *, field: str = "entries") -> Lexicon:
+def parse_lexicon_json(
+    data: object, *, field: str = "entries", source: str | None = None
+) -> Lexicon:
     """A lexicon from its JSON form (already decoded): ``{"entries": [{"graphemes": [...],
     "alias": "..."} | {"graphemes": [...], "phoneme": "...", "alphabet": "ipa"}]}``; a
     grapheme may be given alone as ``"grapheme": "..."``. The fields
     ``GET /v1/lexicons/{name}`` adds (:data:`READ_ONLY_FIELDS`) are ignored. Errors:
-    InvalidInputError naming ``entries.N`` (``field``: ``entries``, or the key at fault)."""
+    InvalidInputError naming ``entries.N`` (``field``: ``entries``, or the key at fault);
+    with a ``source`` (a file's name) every message starts with it instead."""
+    head = f"{source}: entries" if source else field
     if not isinstance(data, dict):
         raise MalformedRequestError("a JSON lexicon must be an object with 'entries'")
     unknown = sorted(str(key) for key in data if key not in READ_ONLY_FIELDS | {"entries"})
     if unknown:
-        raise InvalidInputError(f"{unknown[0]}: unknown field", field=unknown[0])
+        where = f"{source}: {unknown[0]}" if source else unknown[0]
+        raise InvalidInputError(f"{where}: unknown field", field=field if source else unknown[0])
     raw_entries = data.get("entries")
     if not isinstance(raw_entries, list):
-        raise InvalidInputError(f"{field}: a list of entries is required", field=field)
+        raise InvalidInputError(f"{head}: a list of entries is required", field=field)
     entries: list[LexiconEntry] = []
     for index, raw in enumerate(raw_entries):
-        where = f"{field}.{index}"
+        where = f"{head}.{index}"
         if not isinstance(raw, dict):
             raise InvalidInputError(f"{where}: an entry is an object", field=field)
         extra = sorted(
@@ -433,14 +438,14 @@ def parse_lexicon_json(data: object, *, field: str = "entries") -> Lexicon:
                 field=field,
             )
         )
-        _bounded_count(entries, field)
+        _bounded_count(entries, head, field)
     return Lexicon(tuple(entries))
 
 
 # ---- W3C PLS ---------------------------------------------------------------------------------
 
 
-def parse_pls(xml: str, *, field: str = "lexicon") -> Lexicon:
+def parse_pls(xml: str, *, field: str = "lexicon", source: str | None = None) -> Lexicon:
     """A lexicon from a W3C PLS 1.0 document: ``<lexicon version="1.0" alphabet="ipa"
     xml:lang="..." xmlns="http://www.w3.org/2005/01/pronunciation-lexicon">`` holding
     ``<lexeme>``\\ s of one or more ``<grapheme>`` and their pronunciations, ``<alias>`` or
@@ -451,11 +456,13 @@ def parse_pls(xml: str, *, field: str = "lexicon") -> Lexicon:
     ignored, as are ``xml:lang`` and a lexeme's ``role``. Errors name the line and column:
     a document that is not well-formed XML, or that the hardened reader refuses (a DOCTYPE,
     an entity), is :class:`MalformedRequestError` (400); a well-formed document that breaks
-    PLS or the entry rules is :class:`InvalidInputError` (422); ``field`` is ``lexicon``."""
+    PLS or the entry rules is :class:`InvalidInputError` (422); ``field`` is ``lexicon``,
+    and the message starts with it (or with ``source``, a file's name, when given)."""
+    head = source or field
     declared = _DECLARED_ENCODING.match(xml.removeprefix("\ufeff"))
     if declared and declared.group(1).lower().replace("_", "-") not in ("utf-8", "utf8"):
         raise InvalidInputError(
-            f"{field}: line 1: the document declares encoding {declared.group(1)!r}; "
+            f"{head}: line 1: the document declares encoding {declared.group(1)!r}; "
             "send it as UTF-8 (and declare UTF-8, or no encoding)",
             field=field,
         )
@@ -465,12 +472,12 @@ def parse_pls(xml: str, *, field: str = "lexicon") -> Lexicon:
         )
     except XmlError as error:
         raise MalformedRequestError(
-            f"{field}: line {error.line}, column {error.column}: {error.reason}", field=field
+            f"{head}: line {error.line}, column {error.column}: {error.reason}", field=field
         ) from None
 
     def fail(element: XmlElement, message: str) -> InvalidInputError:
         return InvalidInputError(
-            f"{field}: line {element.line}, column {element.column}: {message}", field=field
+            f"{head}: line {element.line}, column {element.column}: {message}", field=field
         )
 
     if root.name != "lexicon":
@@ -490,8 +497,8 @@ def parse_pls(xml: str, *, field: str = "lexicon") -> Lexicon:
             continue
         if child.name != "lexeme":
             raise fail(child, f"<{child.tag}> is not a PLS element (lexeme, meta, metadata)")
-        entries.append(_lexeme(child, default_alphabet, fail, field))
-        _bounded_count(entries, field)
+        entries.append(_lexeme(child, default_alphabet, fail, head, field))
+        _bounded_count(entries, head, field)
     return Lexicon(tuple(entries))
 
 
@@ -518,7 +525,9 @@ def _text_only(element: XmlElement, fail: Any) -> str:
     return element.text()
 
 
-def _lexeme(lexeme: XmlElement, default_alphabet: str, fail: Any, field: str) -> LexiconEntry:
+def _lexeme(
+    lexeme: XmlElement, default_alphabet: str, fail: Any, head: str, field: str
+) -> LexiconEntry:
     graphemes: list[str] = []
     pronunciations: list[XmlElement] = []
     for child in _elements(lexeme, fail):
@@ -539,12 +548,12 @@ def _lexeme(lexeme: XmlElement, default_alphabet: str, fail: Any, field: str) ->
     said = _text_only(chosen, fail)
     where = f"line {chosen.line}, column {chosen.column}"
     if chosen.name == "alias":
-        return check_entry(graphemes, alias=said, where=f"{field}: {where}", field=field)
+        return check_entry(graphemes, alias=said, where=f"{head}: {where}", field=field)
     return check_entry(
         graphemes,
         phoneme=said,
         alphabet=chosen.attrs.get("alphabet", default_alphabet),
-        where=f"{field}: {where}",
+        where=f"{head}: {where}",
         field=field,
     )
 
@@ -552,14 +561,15 @@ def _lexeme(lexeme: XmlElement, default_alphabet: str, fail: Any, field: str) ->
 # ---- either ----------------------------------------------------------------------------------
 
 
-def load_lexicon(source: str, *, field: str = "lexicon") -> Lexicon:
-    """A lexicon from a document in either form: PLS when it starts with ``<`` (after a BOM
-    and whitespace), JSON otherwise (``field`` names the input in every error)."""
-    stripped = source.removeprefix("\ufeff").lstrip()
+def read_lexicon(document: str, *, source: str = "lexicon") -> Lexicon:
+    """A lexicon file: W3C PLS when it starts with ``<`` (after a BOM and whitespace), the
+    JSON form otherwise. Every error's message starts with ``source`` (the file's name) and
+    names the field ``lexicon``."""
+    stripped = document.removeprefix("\ufeff").lstrip()
     if stripped.startswith("<"):
-        return parse_pls(stripped, field=field)
+        return parse_pls(stripped, source=source)
     try:
         data = json.loads(stripped)
     except (json.JSONDecodeError, RecursionError) as error:
-        raise MalformedRequestError(f"{field}: malformed JSON: {error}", field=field) from None
-    return parse_lexicon_json(data, field=field)
+        raise MalformedRequestError(f"{source}: malformed JSON: {error}", field="lexicon") from None
+    return parse_lexicon_json(data, field="lexicon", source=source)

@@ -21,9 +21,9 @@ from voicelane.core.lexicon import (
     MAX_PHONEME_CHARS,
     Lexicon,
     LexiconEntry,
-    load_lexicon,
     parse_lexicon_json,
     parse_pls,
+    read_lexicon,
 )
 
 
@@ -533,17 +533,25 @@ def test_a_json_lexicon_over_the_entry_cap_is_too_large() -> None:
 # ---- either form -------------------------------------------------------------------------
 
 
-def test_load_lexicon_reads_either_form() -> None:
-    as_json = load_lexicon('\ufeff {"entries": [{"grapheme": "GIF", "alias": "jif"}]}')
-    as_pls = load_lexicon(
+def test_read_lexicon_reads_either_form_and_names_the_file() -> None:
+    as_json = read_lexicon('\ufeff {"entries": [{"grapheme": "GIF", "alias": "jif"}]}')
+    as_pls = read_lexicon(
         "\n  " + pls("<lexeme><grapheme>GIF</grapheme><alias>jif</alias></lexeme>")
     )
     assert as_json == as_pls == Lexicon((LexiconEntry(("GIF",), alias="jif"),))
-    with pytest.raises(MalformedRequestError, match="lexicon: malformed JSON") as caught:
-        load_lexicon('{"entries": [')
+    with pytest.raises(MalformedRequestError, match=r"^names\.json: malformed JSON") as caught:
+        read_lexicon('{"entries": [', source="names.json")
     assert caught.value.field == "lexicon"
-    with pytest.raises(InvalidInputError, match=r"^lexicon\.0: no grapheme"):
-        load_lexicon('{"entries": [{"graphemes": [], "alias": "x"}]}')
+    with pytest.raises(InvalidInputError, match=r"^names.json: entries\.0: no grapheme") as bad:
+        read_lexicon('{"entries": [{"graphemes": [], "alias": "x"}]}', source="names.json")
+    assert bad.value.field == "lexicon"
+    with pytest.raises(InvalidInputError, match=r"^names.json: colour: unknown field") as bad:
+        read_lexicon('{"entries": [], "colour": 1}', source="names.json")
+    assert bad.value.field == "lexicon"
+    with pytest.raises(InvalidInputError, match=r"^names.pls: line 4, column 1: a <lexeme>"):
+        read_lexicon(pls("<lexeme><alias>x</alias></lexeme>"), source="names.pls")
+    with pytest.raises(MalformedRequestError, match=r"^names.pls: line 2, column \d+: .*DOCTYPE"):
+        read_lexicon(HOSTILE["doctype"], source="names.pls")
 
 
 # ---- against a plain reading of the rules ---------------------------------------------------
