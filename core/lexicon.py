@@ -77,3 +77,8 @@ class Lexicon:
         never overlapping (the longest grapheme wins where several start at one place; a
         later entry for the same grapheme replaces an earlier one, as in PLS)."""
         raise NotImplementedError("lexicon matching lands with issue 20 item 5")
+
+
+def read_lexicon(document: str, *, source: str = "lexicon") -> Lexicon:
+    """A lexicon file: W3C PLS (XML) or the JSON form."""
+    raise NotImplementedError(source)
