@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import anyio.to_thread
 
+from voicelane.common.errors import InvalidInputError
 from voicelane.core.lexicon import Lexicon
 from voicelane.core.speech_text import TextOptions
 
@@ -51,7 +52,14 @@ class TextOptionsResolver:
     async def _lexicon(
         self, tenant: str, names: Sequence[str] | None
     ) -> tuple[Lexicon, tuple[str, ...]]:
-        if self._lookup is None or (names is not None and not names):
+        if names is not None and not names:
+            return Lexicon(), ()
+        if self._lookup is None:
+            if names:
+                raise InvalidInputError(
+                    f"unknown lexicon {names[0]!r} (this front has no lexicon store)",
+                    field="lexicons",
+                )
             return Lexicon(), ()
         key = (tenant, None if names is None else tuple(names))
         now = time.monotonic()

@@ -32,6 +32,7 @@ A text is refused (:meth:`PreparedText.check_speakable`) when nothing of it can 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -293,6 +294,7 @@ class _Collector:
         """Marks not placed yet: (name, offset in the block's text)."""
         waiting_in_block = list(marks)
         pieces = split_sentences(mapped.text, self.max_segment_chars) if parts else []
+        self._report_dropped(mapped, pieces)
         for piece in pieces:
             spoken = self._segment(mapped, piece, block.voicing)
             if spoken is None:
@@ -323,6 +325,18 @@ class _Collector:
             self._pause(block.pause_after_ms)
         elif block.paragraph_end and self.segments and not added:
             self.segments[-1] = replace(self.segments[-1], paragraph_end=True)
+
+    def _report_dropped(self, mapped: Mapped, pieces: list[Segment]) -> None:
+        """Sentences segmentation leaves out have no letter or digit: punctuation, or
+        symbols such as emoji, which are reported (never dropped in silence)."""
+        text = mapped.text
+        starts = [*(p.start for p in pieces), len(text)]
+        gaps = zip([0, *(p.end for p in pieces)], starts, strict=True)
+        for gap_start, gap_end in gaps:
+            for offset in range(gap_start, gap_end):
+                char = text[offset]
+                if unicodedata.category(char)[0] in "LNS":
+                    self._unspeakable(char, mapped.source_offset(offset))
 
     def _pause(self, time_ms: int) -> None:
         if not self.segments:
