@@ -36,7 +36,11 @@ def route_limits(max_upload_bytes: int, speech_bytes: int) -> Callable[[str, str
     def limit_for(method: str, path: str) -> int:
         if method == "POST" and path.rstrip("/") == "/v1/jobs":
             return max_upload_bytes + ENVELOPE_BYTES
-        if method == "POST" and path.rstrip("/") in ("/v1/audio/speech", "/v1/chat/completions"):
+        if method == "POST" and path.rstrip("/") in (
+            "/v1/audio/speech",
+            "/v1/chat/completions",
+            "/v1/text",
+        ):
             return speech_bytes
         if method == "PUT" and _is_lexicon(path):
             return LEXICON_BODY_BYTES

@@ -26,7 +26,7 @@ from voicelane.api.engines import EngineRegistry
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
-from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech
+from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
 from voicelane.common.error_wire import http_body
@@ -106,7 +106,7 @@ def create_app(
         BodyLimit, limit_for=route_limits(settings.max_upload_bytes, MAX_SPEECH_BODY_BYTES)
     )
     _install_error_handlers(app)
-    routers = (jobs.router, speech.router, chat.router, ops.router, callbacks.router)
+    routers = (jobs.router, speech.router, chat.router, text.router, ops.router, callbacks.router)
     for router in (*routers, lexicons.router):
         app.include_router(router)
     return app

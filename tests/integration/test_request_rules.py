@@ -55,6 +55,10 @@ class Case:
     for each front's own text field: ``input`` on OpenAI's route)."""
     refused_code: str | None = None
     """The error code every front gives a refused case."""
+    normalize: bool | None = None
+    ssml: bool | None = None
+    lexicons: tuple[str, ...] | None = None
+    """How the text is read (None: the front's default)."""
 
 
 CASES = [
@@ -88,6 +92,34 @@ CASES = [
         refused_code="invalid_input",
     ),
     Case("missing text", text=None, refused_field="text", refused_code="invalid_input"),
+    Case("digits as written", text="Room 101, please.", normalize=False),
+    Case("SSML", text='<speak>Hello <break time="300ms"/> world.</speak>'),
+    Case("SSML, said to be", text="<speak><s>Hello there.</s></speak>", ssml=True),
+    Case(
+        "SSML with nothing to speak",
+        text='<speak><break time="500ms"/></speak>',
+        refused_field="text",
+        refused_code="invalid_input",
+    ),
+    Case(
+        "malformed SSML",
+        text="<speak><s>Hello there.</speak>",
+        refused_field="text",
+        refused_code="invalid_input",
+    ),
+    Case(
+        "SSML voice unknown to the engine",
+        text='<speak><voice name="no-such-voice">Hello there.</voice></speak>',
+        refused_field="text",
+        refused_code="unknown_voice",
+    ),
+    Case("no lexicons", lexicons=()),
+    Case(
+        "unknown lexicon",
+        lexicons=("no-such-lexicon",),
+        refused_field="lexicons",
+        refused_code="invalid_input",
+    ),
     Case("text at the limit", text=AT_LIMIT),
     Case(
         "text over the limit",
@@ -146,6 +178,14 @@ def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _text_options(case: Case) -> dict[str, Any]:
+    """The case's text options as a JSON body's fields (unset ones left out)."""
+    options = _drop_none({"normalize": case.normalize, "ssml": case.ssml})
+    if case.lexicons is not None:
+        options["lexicons"] = list(case.lexicons)
+    return options
+
+
 def _refusal(status: int, body: dict[str, Any]) -> Outcome:
     assert 400 <= status < 500, (status, body)
     error = body["error"]
@@ -164,6 +204,7 @@ def rest_job(stack: Stack, case: Case) -> tuple[Outcome, str | None]:
             "speed": case.speed,
             "sample_rate_hz": case.sample_rate_hz,
             "format": "ogg",
+            **_text_options(case),
         }
     )
     response = httpx.post(f"{stack.api_url}/v1/jobs", json=body, headers=AUTH, timeout=30)
@@ -181,6 +222,7 @@ def openai_speech(stack: Stack, case: Case) -> Outcome:
             "speed": case.speed,
             "sample_rate_hz": case.sample_rate_hz,
             "response_format": "opus",
+            **_text_options(case),
         }
     )
     with httpx.stream(
@@ -199,6 +241,12 @@ async def grpc_synthesize(stack: Stack, case: Case) -> Outcome:
         speed=case.speed or 0.0,
         sample_rate_hz=case.sample_rate_hz or 0,
     )
+    if case.normalize is not None:
+        request.normalize = case.normalize
+    if case.ssml is not None:
+        request.ssml = case.ssml
+    if case.lexicons is not None:
+        request.lexicons.CopyFrom(pb.Lexicons(names=case.lexicons))
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
         call = pb_grpc.SpeechStub(channel).Synthesize(request, metadata=METADATA, timeout=30)
         try:
@@ -223,6 +271,7 @@ async def websocket_stream(stack: Stack, case: Case) -> Outcome:
             "voice": case.voice,
             "speed": case.speed,
             "sample_rate_hz": case.sample_rate_hz,
+            **_text_options(case),
         }
     )
     url = f"ws://127.0.0.1:{stack.api_port}/v1/stream"
