@@ -25,8 +25,9 @@ touch anything: ``北京`` matches in ``我在北京工作``, ``AI`` in ``用AI�
 grapheme never ends just before a combining mark (it would cut a letter in two). A space in a
 grapheme matches any run of whitespace. Left to right, never overlapping; where several
 graphemes start at one place the longest that fits wins; a later entry for the same grapheme
-replaces an earlier one. One compiled pattern (a trie of the graphemes, so the cost per
-character does not grow with the number of entries), cached.
+replaces an earlier one. A radix tree of the graphemes, walked from each place one may start
+(so the cost per character does not grow with the number of entries), built once per lexicon
+and cached.
 """
 
 from __future__ import annotations
