@@ -29,6 +29,7 @@ from voicelane.api.llm_warmup import Warmup
 from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
+from voicelane.api.text_options import TextOptionsResolver
 from voicelane.common.error_wire import http_body
 from voicelane.common.errors import WireError, status_for_http
 from voicelane.core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
@@ -76,7 +77,13 @@ def create_app(
         storage=storage,
         lane=lane,
         engines=engines,
-        streams=StreamGateway(settings, lane, engines, rate=rate),
+        streams=StreamGateway(
+            settings,
+            lane,
+            engines,
+            rate=rate,
+            text_options=TextOptionsResolver(ledger.lexicons.resolve),
+        ),
         rate=rate,
         blocking_threads=CapacityLimiter(BLOCKING_THREADS),
         websockets=WebSocketGate(
