@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"voicelane/common/wire/speech.proto\x12\x0cvoicelane.v1\"\xd1\x01\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\r\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x14\n\x0c\x63lient_ts_ms\x18\x05 \x01(\x03\x12\r\n\x05speed\x18\x06 \x01(\x02\x12\x1d\n\x10resume_after_seq\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x11\n\x04pace\x18\x08 \x01(\x08H\x01\x88\x01\x01\x42\x13\n\x11_resume_after_seqB\x07\n\x05_pace\"U\n\x07\x43\x61ption\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\x0b\n\x03\x65nd\x18\x03 \x01(\r\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x10\n\x08sentence\x18\x05 \x01(\r\"\xcf\x01\n\nAudioChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x14\n\x0copus_packets\x18\x03 \x03(\x0c\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12\x14\n\x0cserver_ts_ms\x18\x06 \x01(\x03\x12\x14\n\x0c\x63lient_ts_ms\x18\x07 \x01(\x03\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x12\'\n\x08\x63\x61ptions\x18\t \x03(\x0b\x32\x15.voicelane.v1.Caption\"[\n\rConverseStart\x12\r\n\x05voice\x18\x01 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\r\n\x05speed\x18\x03 \x01(\x02\x12\x14\n\x0c\x63lient_ts_ms\x18\x04 \x01(\x03\"\x07\n\x05\x46lush\"\x05\n\x03\x45nd\"\xa6\x01\n\x0f\x43onverseRequest\x12,\n\x05start\x18\x01 \x01(\x0b\x32\x1b.voicelane.v1.ConverseStartH\x00\x12\x14\n\ntext_delta\x18\x02 \x01(\tH\x00\x12$\n\x05\x66lush\x18\x03 \x01(\x0b\x32\x13.voicelane.v1.FlushH\x00\x12 \n\x03\x65nd\x18\x04 \x01(\x0b\x32\x11.voicelane.v1.EndH\x00\x42\x07\n\x05\x65vent\";\n\x10\x43onverseResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x18.voicelane.v1.AudioChunk\"\x13\n\x11ListVoicesRequest\"4\n\x05Voice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tlanguages\x18\x03 \x03(\t\"I\n\x12ListVoicesResponse\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12#\n\x06voices\x18\x02 \x03(\x0b\x32\x13.voicelane.v1.Voice\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\xa5\x01\n\x0b\x43hatRequest\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.voicelane.v1.ChatMessage\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05voice\x18\x03 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x04 \x01(\r\x12\x14\n\x0c\x63lient_ts_ms\x18\x05 \x01(\x03\x12\x0e\n\x06system\x18\x06 \x01(\t\x12\r\n\x05speed\x18\x07 \x01(\x02\"\x97\x02\n\tChatStats\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x14\n\x0creply_tokens\x18\x02 \x01(\r\x12\x16\n\x0eprompt_eval_ms\x18\x03 \x01(\x01\x12\x0f\n\x07\x65val_ms\x18\x04 \x01(\x01\x12\x10\n\x08total_ms\x18\x05 \x01(\x01\x12\x0f\n\x07load_ms\x18\x06 \x01(\x01\x12\x1e\n\x16time_to_first_token_ms\x18\x07 \x01(\x01\x12\x1e\n\x16time_to_first_audio_ms\x18\x08 \x01(\x01\x12\x13\n\x0b\x64one_reason\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\x12\x18\n\x10trimmed_messages\x18\x0b \x01(\r\x12\x13\n\x0bspoken_text\x18\x0c \x01(\t\"\x82\x01\n\x0c\x43hatResponse\x12)\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x18.voicelane.v1.AudioChunkH\x00\x12\x14\n\ntext_delta\x18\x02 \x01(\tH\x00\x12(\n\x05stats\x18\x03 \x01(\x0b\x32\x17.voicelane.v1.ChatStatsH\x00\x42\x07\n\x05\x65vent\"$\n\x0c\x43lockRequest\x12\x14\n\x0c\x63lient_ts_ms\x18\x01 \x01(\x03\";\n\rClockResponse\x12\x14\n\x0c\x63lient_ts_ms\x18\x01 \x01(\x03\x12\x14\n\x0cserver_ts_us\x18\x02 \x01(\x03\x32\xf6\x02\n\x06Speech\x12I\n\nSynthesize\x12\x1f.voicelane.v1.SynthesizeRequest\x1a\x18.voicelane.v1.AudioChunk0\x01\x12M\n\x08\x43onverse\x12\x1d.voicelane.v1.ConverseRequest\x1a\x1e.voicelane.v1.ConverseResponse(\x01\x30\x01\x12O\n\nListVoices\x12\x1f.voicelane.v1.ListVoicesRequest\x1a .voicelane.v1.ListVoicesResponse\x12?\n\x04\x43hat\x12\x19.voicelane.v1.ChatRequest\x1a\x1a.voicelane.v1.ChatResponse0\x01\x12@\n\x05\x43lock\x12\x1a.voicelane.v1.ClockRequest\x1a\x1b.voicelane.v1.ClockResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"voicelane/common/wire/speech.proto\x12\x0cvoicelane.v1\"\xcf\x02\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05voice\x18\x02 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x03 \x01(\r\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x14\n\x0c\x63lient_ts_ms\x18\x05 \x01(\x03\x12\r\n\x05speed\x18\x06 \x01(\x02\x12\x1d\n\x10resume_after_seq\x18\x07 \x01(\x04H\x00\x88\x01\x01\x12\x11\n\x04pace\x18\x08 \x01(\x08H\x01\x88\x01\x01\x12\x16\n\tnormalize\x18\t \x01(\x08H\x02\x88\x01\x01\x12\x11\n\x04ssml\x18\n \x01(\x08H\x03\x88\x01\x01\x12-\n\x08lexicons\x18\x0b \x01(\x0b\x32\x16.voicelane.v1.LexiconsH\x04\x88\x01\x01\x42\x13\n\x11_resume_after_seqB\x07\n\x05_paceB\x0c\n\n_normalizeB\x07\n\x05_ssmlB\x0b\n\t_lexicons\"\x19\n\x08Lexicons\x12\r\n\x05names\x18\x01 \x03(\t\"U\n\x07\x43\x61ption\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05start\x18\x02 \x01(\r\x12\x0b\n\x03\x65nd\x18\x03 \x01(\r\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x10\n\x08sentence\x18\x05 \x01(\r\"\xcf\x01\n\nAudioChunk\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x14\n\x0copus_packets\x18\x03 \x03(\x0c\x12\x0e\n\x06pts_ms\x18\x04 \x01(\x04\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12\x14\n\x0cserver_ts_ms\x18\x06 \x01(\x03\x12\x14\n\x0c\x63lient_ts_ms\x18\x07 \x01(\x03\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x12\'\n\x08\x63\x61ptions\x18\t \x03(\x0b\x32\x15.voicelane.v1.Caption\"\xbd\x01\n\rConverseStart\x12\r\n\x05voice\x18\x01 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\r\n\x05speed\x18\x03 \x01(\x02\x12\x14\n\x0c\x63lient_ts_ms\x18\x04 \x01(\x03\x12\x16\n\tnormalize\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12-\n\x08lexicons\x18\x06 \x01(\x0b\x32\x16.voicelane.v1.LexiconsH\x01\x88\x01\x01\x42\x0c\n\n_normalizeB\x0b\n\t_lexicons\"\x07\n\x05\x46lush\"\x05\n\x03\x45nd\"\xa6\x01\n\x0f\x43onverseRequest\x12,\n\x05start\x18\x01 \x01(\x0b\x32\x1b.voicelane.v1.ConverseStartH\x00\x12\x14\n\ntext_delta\x18\x02 \x01(\tH\x00\x12$\n\x05\x66lush\x18\x03 \x01(\x0b\x32\x13.voicelane.v1.FlushH\x00\x12 \n\x03\x65nd\x18\x04 \x01(\x0b\x32\x11.voicelane.v1.EndH\x00\x42\x07\n\x05\x65vent\";\n\x10\x43onverseResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x18.voicelane.v1.AudioChunk\"\x13\n\x11ListVoicesRequest\"4\n\x05Voice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\tlanguages\x18\x03 \x03(\t\"I\n\x12ListVoicesResponse\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12#\n\x06voices\x18\x02 \x03(\x0b\x32\x13.voicelane.v1.Voice\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\x87\x02\n\x0b\x43hatRequest\x12+\n\x08messages\x18\x01 \x03(\x0b\x32\x19.voicelane.v1.ChatMessage\x12\r\n\x05model\x18\x02 \x01(\t\x12\r\n\x05voice\x18\x03 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x04 \x01(\r\x12\x14\n\x0c\x63lient_ts_ms\x18\x05 \x01(\x03\x12\x0e\n\x06system\x18\x06 \x01(\t\x12\r\n\x05speed\x18\x07 \x01(\x02\x12\x16\n\tnormalize\x18\x08 \x01(\x08H\x00\x88\x01\x01\x12-\n\x08lexicons\x18\t \x01(\x0b\x32\x16.voicelane.v1.LexiconsH\x01\x88\x01\x01\x42\x0c\n\n_normalizeB\x0b\n\t_lexicons\"\x97\x02\n\tChatStats\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x14\n\x0creply_tokens\x18\x02 \x01(\r\x12\x16\n\x0eprompt_eval_ms\x18\x03 \x01(\x01\x12\x0f\n\x07\x65val_ms\x18\x04 \x01(\x01\x12\x10\n\x08total_ms\x18\x05 \x01(\x01\x12\x0f\n\x07load_ms\x18\x06 \x01(\x01\x12\x1e\n\x16time_to_first_token_ms\x18\x07 \x01(\x01\x12\x1e\n\x16time_to_first_audio_ms\x18\x08 \x01(\x01\x12\x13\n\x0b\x64one_reason\x18\t \x01(\t\x12\r\n\x05model\x18\n \x01(\t\x12\x18\n\x10trimmed_messages\x18\x0b \x01(\r\x12\x13\n\x0bspoken_text\x18\x0c \x01(\t\"\x82\x01\n\x0c\x43hatResponse\x12)\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x18.voicelane.v1.AudioChunkH\x00\x12\x14\n\ntext_delta\x18\x02 \x01(\tH\x00\x12(\n\x05stats\x18\x03 \x01(\x0b\x32\x17.voicelane.v1.ChatStatsH\x00\x42\x07\n\x05\x65vent\"$\n\x0c\x43lockRequest\x12\x14\n\x0c\x63lient_ts_ms\x18\x01 \x01(\x03\";\n\rClockResponse\x12\x14\n\x0c\x63lient_ts_ms\x18\x01 \x01(\x03\x12\x14\n\x0cserver_ts_us\x18\x02 \x01(\x03\x32\xf6\x02\n\x06Speech\x12I\n\nSynthesize\x12\x1f.voicelane.v1.SynthesizeRequest\x1a\x18.voicelane.v1.AudioChunk0\x01\x12M\n\x08\x43onverse\x12\x1d.voicelane.v1.ConverseRequest\x1a\x1e.voicelane.v1.ConverseResponse(\x01\x30\x01\x12O\n\nListVoices\x12\x1f.voicelane.v1.ListVoicesRequest\x1a .voicelane.v1.ListVoicesResponse\x12?\n\x04\x43hat\x12\x19.voicelane.v1.ChatRequest\x1a\x1a.voicelane.v1.ChatResponse0\x01\x12@\n\x05\x43lock\x12\x1a.voicelane.v1.ClockRequest\x1a\x1b.voicelane.v1.ClockResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,39 +32,41 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'voicelane.common.wire.speec
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SYNTHESIZEREQUEST']._serialized_start=53
-  _globals['_SYNTHESIZEREQUEST']._serialized_end=262
-  _globals['_CAPTION']._serialized_start=264
-  _globals['_CAPTION']._serialized_end=349
-  _globals['_AUDIOCHUNK']._serialized_start=352
-  _globals['_AUDIOCHUNK']._serialized_end=559
-  _globals['_CONVERSESTART']._serialized_start=561
-  _globals['_CONVERSESTART']._serialized_end=652
-  _globals['_FLUSH']._serialized_start=654
-  _globals['_FLUSH']._serialized_end=661
-  _globals['_END']._serialized_start=663
-  _globals['_END']._serialized_end=668
-  _globals['_CONVERSEREQUEST']._serialized_start=671
-  _globals['_CONVERSEREQUEST']._serialized_end=837
-  _globals['_CONVERSERESPONSE']._serialized_start=839
-  _globals['_CONVERSERESPONSE']._serialized_end=898
-  _globals['_LISTVOICESREQUEST']._serialized_start=900
-  _globals['_LISTVOICESREQUEST']._serialized_end=919
-  _globals['_VOICE']._serialized_start=921
-  _globals['_VOICE']._serialized_end=973
-  _globals['_LISTVOICESRESPONSE']._serialized_start=975
-  _globals['_LISTVOICESRESPONSE']._serialized_end=1048
-  _globals['_CHATMESSAGE']._serialized_start=1050
-  _globals['_CHATMESSAGE']._serialized_end=1094
-  _globals['_CHATREQUEST']._serialized_start=1097
-  _globals['_CHATREQUEST']._serialized_end=1262
-  _globals['_CHATSTATS']._serialized_start=1265
-  _globals['_CHATSTATS']._serialized_end=1544
-  _globals['_CHATRESPONSE']._serialized_start=1547
-  _globals['_CHATRESPONSE']._serialized_end=1677
-  _globals['_CLOCKREQUEST']._serialized_start=1679
-  _globals['_CLOCKREQUEST']._serialized_end=1715
-  _globals['_CLOCKRESPONSE']._serialized_start=1717
-  _globals['_CLOCKRESPONSE']._serialized_end=1776
-  _globals['_SPEECH']._serialized_start=1779
-  _globals['_SPEECH']._serialized_end=2153
+  _globals['_SYNTHESIZEREQUEST']._serialized_end=388
+  _globals['_LEXICONS']._serialized_start=390
+  _globals['_LEXICONS']._serialized_end=415
+  _globals['_CAPTION']._serialized_start=417
+  _globals['_CAPTION']._serialized_end=502
+  _globals['_AUDIOCHUNK']._serialized_start=505
+  _globals['_AUDIOCHUNK']._serialized_end=712
+  _globals['_CONVERSESTART']._serialized_start=715
+  _globals['_CONVERSESTART']._serialized_end=904
+  _globals['_FLUSH']._serialized_start=906
+  _globals['_FLUSH']._serialized_end=913
+  _globals['_END']._serialized_start=915
+  _globals['_END']._serialized_end=920
+  _globals['_CONVERSEREQUEST']._serialized_start=923
+  _globals['_CONVERSEREQUEST']._serialized_end=1089
+  _globals['_CONVERSERESPONSE']._serialized_start=1091
+  _globals['_CONVERSERESPONSE']._serialized_end=1150
+  _globals['_LISTVOICESREQUEST']._serialized_start=1152
+  _globals['_LISTVOICESREQUEST']._serialized_end=1171
+  _globals['_VOICE']._serialized_start=1173
+  _globals['_VOICE']._serialized_end=1225
+  _globals['_LISTVOICESRESPONSE']._serialized_start=1227
+  _globals['_LISTVOICESRESPONSE']._serialized_end=1300
+  _globals['_CHATMESSAGE']._serialized_start=1302
+  _globals['_CHATMESSAGE']._serialized_end=1346
+  _globals['_CHATREQUEST']._serialized_start=1349
+  _globals['_CHATREQUEST']._serialized_end=1612
+  _globals['_CHATSTATS']._serialized_start=1615
+  _globals['_CHATSTATS']._serialized_end=1894
+  _globals['_CHATRESPONSE']._serialized_start=1897
+  _globals['_CHATRESPONSE']._serialized_end=2027
+  _globals['_CLOCKREQUEST']._serialized_start=2029
+  _globals['_CLOCKREQUEST']._serialized_end=2065
+  _globals['_CLOCKRESPONSE']._serialized_start=2067
+  _globals['_CLOCKRESPONSE']._serialized_end=2126
+  _globals['_SPEECH']._serialized_start=2129
+  _globals['_SPEECH']._serialized_end=2503
 # @@protoc_insertion_point(module_scope)
