@@ -20,7 +20,7 @@ conversions; in short:
 * ``break``: ``time`` (``500ms``, ``1.5s``; at most 10 s) or ``strength`` (none 0, x-weak
   100, weak 250, medium 400, strong 750, x-strong 1200 ms); neither: medium;
 * ``prosody`` (rate, volume, pitch), ``emphasis`` (a rate and gain), ``voice`` (``name``):
-  :class:`~voicelane.core.speech_text.Voicing`, nested ones combined (rates multiply, decibels
+  :class:`~voicelane.core.text_blocks.Voicing`, nested ones combined (rates multiply, decibels
   and semitones add);
 * ``say-as`` (characters / spell-out, cardinal / number, ordinal, digits, date, time,
   telephone): expanded to words here, in English or Chinese (:class:`Speech` ``verbatim``);
@@ -60,7 +60,7 @@ from voicelane.core.safe_xml import (
     XmlText,
     parse_xml,
 )
-from voicelane.core.speech_text import PLAIN, Voicing
+from voicelane.core.text_blocks import PLAIN, Voicing
 from voicelane.core.text_map import MapBuilder, Mapped, Piece
 
 __all__ = [
@@ -75,7 +75,6 @@ __all__ = [
     "SsmlDocument",
     "SsmlItem",
     "SsmlWarning",
-    "join_mapped",
     "looks_like_ssml",
     "read_ssml",
 ]
@@ -187,46 +186,6 @@ def looks_like_ssml(text: str) -> bool:
     """``text`` starts (after whitespace, a byte-order mark and an optional ``<?xml ...?>``
     declaration) with a ``<speak`` tag."""
     return _LOOKS_LIKE.match(text) is not None
-
-
-# ---- maps ------------------------------------------------------------------------------
-
-
-def join_mapped(runs: list[Mapped]) -> Mapped:
-    """The runs one after the other: one text, one map (the runs map into the same source,
-    in increasing order)."""
-    if not runs:
-        return Mapped("", (), 0)
-    pieces: list[Piece] = []
-    texts: list[str] = []
-    offset = 0
-    for run in runs:
-        if run.source_length != runs[0].source_length:
-            raise ValueError("runs map into sources of different lengths")
-        texts.append(run.text)
-        for piece in run.pieces:
-            moved = Piece(
-                piece.out_start + offset,
-                piece.out_end + offset,
-                piece.src_start,
-                piece.src_end,
-                piece.exact,
-            )
-            last = pieces[-1] if pieces else None
-            if (
-                last is not None
-                and last.exact
-                and moved.exact
-                and last.out_end == moved.out_start
-                and last.src_end == moved.src_start
-            ):
-                pieces[-1] = Piece(
-                    last.out_start, moved.out_end, last.src_start, moved.src_end, True
-                )
-            else:
-                pieces.append(moved)
-        offset += len(run.text)
-    return Mapped("".join(texts), tuple(pieces), runs[0].source_length)
 
 
 # ---- errors ----------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from voicelane.common.errors import InvalidInputError, TextTooLargeError
-from voicelane.core.speech_text import PLAIN, Voicing
 from voicelane.core.ssml import (
     MAX_SSML_CHARS,
     Boundary,
@@ -19,11 +18,10 @@ from voicelane.core.ssml import (
     Phonemes,
     Speech,
     SsmlDocument,
-    join_mapped,
     looks_like_ssml,
     read_ssml,
 )
-from voicelane.core.text_map import MapBuilder
+from voicelane.core.text_blocks import PLAIN, Voicing
 
 SAMPLES = Path(__file__).parents[2] / "data" / "ssml"
 
@@ -120,23 +118,6 @@ def test_adjacent_runs_that_read_alike_are_one_speech() -> None:
     document = read_ssml(source)
     assert [item.text for item in document.speech] == ["a b ", "c"]
     assert document.speech[1].lang == "en"
-
-
-def test_join_mapped_concatenates_runs_over_the_same_source() -> None:
-    source = "<speak>ab &amp; cd</speak>"
-    first = MapBuilder(source)
-    first.keep(7, 10)
-    second = MapBuilder(source)
-    second.replace(10, 15, "&")
-    second.keep(15, 18)
-    joined = join_mapped([first.build(), second.build()])
-    assert joined.text == "ab & cd"
-    assert joined.source_span(0, 2) == (7, 9)
-    assert joined.source_span(3, 4) == (10, 15)
-    assert source[slice(*joined.source_span(5, 7))] == "cd"
-    assert join_mapped([]).text == ""
-    with pytest.raises(ValueError, match="different lengths"):
-        join_mapped([first.build(), MapBuilder("x").build()])
 
 
 # ---- p, s ------------------------------------------------------------------------------------
