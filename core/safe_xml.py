@@ -180,6 +180,9 @@ class _Builder:
             return  # text outside the root element: whitespace only (expat checks)
         children = self.stack[-1].children
         start = self._text_start
+        if len(text) == until - start and self.source.startswith(text, start):
+            children.append(XmlText(text, start, until))  # as written: the common case
+            return
         pattern = _CDATA_LINE_END if self._in_cdata else _REFERENCE
         pieces: list[XmlText] = []
         position = start
@@ -204,31 +207,31 @@ class _Builder:
     # -- handlers
     def _start(self, tag: str, attrs: dict[str, str]) -> None:
         here = self._here()
-        self._flush_text(here)
+        if self._text:
+            self._flush_text(here)
         self.elements += 1
         if self.elements > self.max_elements:
             self._fail(f"more than {self.max_elements} elements")
-        if len(self.stack) >= self.max_depth:
+        stack = self.stack
+        if len(stack) >= self.max_depth:
             self._fail(f"elements nested deeper than {self.max_depth}")
+        parser = self.parser
         element = XmlElement(
-            tag=tag,
-            attrs=dict(attrs),
-            line=self.parser.CurrentLineNumber,
-            column=self.parser.CurrentColumnNumber + 1,
-            start=here,
+            tag, attrs, parser.CurrentLineNumber, parser.CurrentColumnNumber + 1, here
         )
-        if self.stack:
-            self.stack[-1].children.append(element)
+        if stack:
+            stack[-1].children.append(element)
         else:
             self.root = element
-        self.stack.append(element)
+        stack.append(element)
         tag_end = _START_TAG_END.match(self.source, here + 1 + len(tag))
-        self._markup(tag_end.end() if tag_end else here)
+        self._text_start = tag_end.end() if tag_end else here
         self._last_start = element
 
     def _end(self, _tag: str) -> None:
         here = self._here()
-        self._flush_text(here)
+        if self._text:
+            self._flush_text(here)
         element = self.stack.pop()
         # An empty tag: expat reports its end just past "/>", right after its start (a start
         # tag that is not empty never ends in "/>": attribute values are quoted).
@@ -238,7 +241,8 @@ class _Builder:
             # An end tag: it runs to its ">".
             close = self.source.find(">", here)
             element.end = close + 1 if close >= 0 else len(self.source)
-        self._markup(element.end)
+        self._text_start = element.end
+        self._last_start = None
 
     def _data(self, text: str) -> None:
         self._text.append(text)
