@@ -101,10 +101,11 @@ def _decode(reference: str) -> str:
     """An XML reference or line end as the parser reads it."""
     if reference[0] == "\r":
         return "\n"
+    # expat has checked it names a character: leading zeros aside, it has a few digits.
     if reference.startswith("&#x"):
-        return chr(int(reference[3:-1], 16))
+        return chr(int(reference[3:-1].lstrip("0") or "0", 16))
     if reference.startswith("&#"):
-        return chr(int(reference[2:-1]))
+        return chr(int(reference[2:-1].lstrip("0") or "0"))
     return _NAMED[reference]
 
 

@@ -521,7 +521,8 @@ _DATE_FIELD_SPLIT = re.compile(r"[\s/.,-]+")
 def _date_format(format_value: str | None, text: str, zh: bool) -> str:
     """The order of the fields: ``ymd``, ``mdy``...; ``yyyy-mm-dd``-style formats are
     reduced to their letters. Without one: an ISO-like ``2024-05-06`` or ``20240506`` is
-    ``ymd``, else ``mdy`` (Chinese: ``ymd``) cut to the number of fields given."""
+    ``ymd``; two fields ``ym`` / ``my`` (one is a year) or ``md``; one ``y``; three ``mdy``
+    (Chinese: ``ymd``)."""
     if format_value is not None:
         letters = ""
         for char in format_value.lower():
@@ -566,7 +567,7 @@ def _say_date(text: str, format_value: str | None, zh: bool) -> str:
             year = field
         elif letter == "m":
             if field.isdigit():
-                month = int(field)
+                month = int(field) if len(field) <= 2 else 0
             else:
                 month = _MONTH_NAMES.get(field.lower().rstrip("."), 0)
             if not 1 <= month <= 12:
@@ -953,10 +954,10 @@ class _Reader:
             match = _BREAK_TIME.fullmatch(time)
             if match is None:
                 self._bad(element, "time", "a duration such as 500ms or 1.5s")
-            number = float(match.group(1))
-            time_ms = round(number * (1000 if match.group(2).lower() == "s" else 1))
-            if time_ms > MAX_BREAK_MS:
+            exact_ms = float(match.group(1)) * (1000 if match.group(2).lower() == "s" else 1)
+            if not exact_ms <= MAX_BREAK_MS:  # inf too (a thousand digits)
                 self._bad(element, "time", f"at most {MAX_BREAK_MS // 1000} s")
+            time_ms = round(exact_ms)
         elif strength is not None:
             found = BREAK_STRENGTH_MS.get(strength.strip().lower())
             if found is None:

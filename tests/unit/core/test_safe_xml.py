@@ -121,6 +121,15 @@ def test_a_reference_decodes_but_spans_its_source_characters() -> None:
     assert source[runs[-1].start : runs[-1].end] == "&#x4e2d;"
 
 
+def test_a_character_reference_with_thousands_of_leading_zeros_reads() -> None:
+    reference = "&#" + "0" * 5000 + "65;"
+    source = f"<speak>a {reference} &#x{'0' * 5000}42;</speak>"
+    runs = texts(parse_xml(source, max_chars=MAX))
+    assert "".join(run.text for run in runs) == "a A B"
+    letter = next(run for run in runs if run.text == "A")
+    assert source[letter.start : letter.end] == reference
+
+
 def test_spans_of_non_ascii_text_are_code_points() -> None:
     source = "<speak>é中文 <b>😀 x</b> ü</speak>"
     root = parse_xml(source, max_chars=MAX)

@@ -199,6 +199,7 @@ def test_break_durations(attributes: str, time_ms: int) -> None:
         ('time="fast"', "a duration such as 500ms"),
         ('time="500"', "a duration such as 500ms"),
         ('time="-1s"', "a duration such as 500ms"),
+        ('time="1' + "0" * 400 + 'ms"', "at most 10 s"),
         ('strength="loud"', "none, x-weak, weak, medium, strong or x-strong"),
     ],
 )
@@ -552,6 +553,7 @@ def test_spelled_characters_map_one_by_one() -> None:
         ("date", "2024-02-30", "not a day of that month"),
         ("date", "2023-02-29", "not a day of that month"),
         ("date", "2024-13-01", "not a month"),
+        ("date", "0" * 5000 + "1/01/2024", "not a month"),
         ("date", "hello", "not a year"),
         ("time", "25:00", "hour 25 is out of range"),
         ("time", "13:00 pm", "hour 13 is out of range"),
@@ -904,16 +906,20 @@ def test_the_cap_on_characters_can_be_set_per_call() -> None:
 
 FRAGMENTS = (
     "<p>", "</p>", "<s>", "</s>", '<break time="{n}ms"/>', '<break strength="strong"/>',
+    '<break time="1' + "0" * 400 + 's"/>', '<prosody rate="1' + "0" * 400 + '%">', "</prosody>",
+    '<prosody volume="+1' + "0" * 400 + 'dB" pitch="-1' + "0" * 400 + 'Hz">', "</prosody>",
     '<prosody rate="{rate}">', "</prosody>", '<say-as interpret-as="{kind}">{content}</say-as>',
     '<sub alias="x {n}">y</sub>', '<phoneme ph="təˈmeɪtoʊ">t</phoneme>', '<mark name="m{n}"/>',
     '<voice name="en-gb">', "</voice>", "<emphasis>", "</emphasis>", "hello ", "中文", "&amp;",
-    " 12 ", "\r\n", "<!-- c -->", "<![CDATA[<x>]]>", "<amazon:effect>", "</amazon:effect>",
+    " 12 ", "\r\n", "<!-- c -->", "<![CDATA[<x>]]>", "&#" + "0" * 5000 + "65;",
+    "<amazon:effect>", "</amazon:effect>",
     '<audio src="x">fallback</audio>', "<desc>d</desc>", '<lang xml:lang="zh">', "</lang>", "é😀",
 )  # fmt: skip
 KINDS = ("characters", "cardinal", "ordinal", "digits", "date", "time", "telephone", "currency")
 CONTENTS = (
     "0000-01-01", "2024-02-29", "0:00", "12:00 am", "+", "1", "A", "", "  ", "９", "½",
     "1/2/3", "99999999999999999999", "-0", "2024-5-6", "13:60", "Jan 1 0000", "0/0/0", "٣",
+    "9" * 5000, "1." + "9" * 5000, "9" * 5000 + "/1/2000",
 )  # fmt: skip
 
 
