@@ -7,7 +7,8 @@ It is pure (no I/O) and parses with the hardened reader (:mod:`voicelane.core.sa
 DTDs, entities or external references; at most :data:`MAX_SSML_CHARS` characters, 64 nested
 elements and 50,000 elements. A malformed or hostile document, or a known attribute with a
 value it cannot read, is :class:`~voicelane.common.errors.InvalidInputError` (``field="text"``)
-``SSML line L, column C: reason``, within milliseconds.
+``text: SSML line L, column C: reason`` (the field first, as every field error), within
+milliseconds.
 
 Every :class:`Speech` carries a :class:`~voicelane.core.text_map.Mapped` whose source is the
 whole SSML string: character data maps to its own characters (``&amp;`` → ``&`` maps to the
@@ -192,7 +193,7 @@ def looks_like_ssml(text: str) -> bool:
 
 
 def _fail(line: int, column: int, reason: str) -> NoReturn:
-    raise InvalidInputError(f"SSML line {line}, column {column}: {reason}", field="text")
+    raise InvalidInputError(f"text: SSML line {line}, column {column}: {reason}", field="text")
 
 
 def _shown(value: str) -> str:
@@ -1194,7 +1195,7 @@ def read_ssml(source: str, *, max_chars: int = MAX_SSML_CHARS) -> SsmlDocument:
             source, max_chars=max_chars, max_depth=MAX_DEPTH, max_elements=MAX_ELEMENTS
         )
     except XmlError as error:
-        message = f"SSML line {error.line}, column {error.column}: {error.reason}"
+        message = f"text: SSML line {error.line}, column {error.column}: {error.reason}"
         if len(source) > max_chars:
             raise TextTooLargeError(message, field="text") from None
         raise InvalidInputError(message, field="text") from None

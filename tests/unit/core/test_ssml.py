@@ -55,6 +55,7 @@ def refused(source: str, match: str) -> InvalidInputError:
     with pytest.raises(InvalidInputError, match=match) as caught:
         read_ssml(source)
     assert caught.value.field == "text"
+    assert str(caught.value).startswith("text: SSML line ")  # the field first, then the place
     return caught.value
 
 
@@ -110,7 +111,7 @@ def test_whitespace_between_elements_is_kept_as_text() -> None:
 
 def test_the_root_must_be_speak() -> None:
     error = refused('<?xml version="1.0"?>\n<text>Hi</text>', "root element must be <speak>")
-    assert str(error).startswith("SSML line 2, column 1:")
+    assert str(error).startswith("text: SSML line 2, column 1:")
 
 
 def test_adjacent_runs_that_read_alike_are_one_speech() -> None:
@@ -205,7 +206,7 @@ def test_break_durations(attributes: str, time_ms: int) -> None:
 )
 def test_a_break_that_cannot_be_read_is_refused_with_its_place(attributes: str, match: str) -> None:
     error = refused(f"<speak>\n  a <break {attributes}/></speak>", match)
-    assert str(error).startswith("SSML line 2, column 5: <break>")
+    assert str(error).startswith("text: SSML line 2, column 5: <break>")
 
 
 def test_text_inside_a_break_is_not_spoken_and_is_reported() -> None:
@@ -311,7 +312,8 @@ def test_prosody_pitch(pitch: str, semitones: float) -> None:
 )
 def test_a_prosody_value_that_cannot_be_read_is_refused(attribute: str, value: str) -> None:
     error = refused(f'<speak><prosody {attribute}="{value}">x</prosody></speak>', attribute)
-    assert str(error).startswith(f'SSML line 1, column 8: <prosody> {attribute}="{value}"')
+    expected = f'text: SSML line 1, column 8: <prosody> {attribute}="{value}"'
+    assert str(error).startswith(expected)
 
 
 def test_nested_prosody_multiplies_rates_and_adds_decibels_and_semitones() -> None:
@@ -569,7 +571,8 @@ def test_say_as_content_that_does_not_fit_is_refused(
     error = refused(
         f'<speak>\nSee <say-as interpret-as="{interpret_as}">{content}</say-as></speak>', match
     )
-    assert str(error).startswith(f'SSML line 2, column 5: say-as interpret-as="{interpret_as}"')
+    expected = f'text: SSML line 2, column 5: say-as interpret-as="{interpret_as}"'
+    assert str(error).startswith(expected)
 
 
 def test_date_checks_the_day_against_a_year_given_after_it() -> None:
@@ -684,7 +687,7 @@ def test_phonemes_are_never_merged_with_the_text_around_them() -> None:
 )
 def test_a_phoneme_that_cannot_be_read_is_refused(element: str, match: str) -> None:
     error = refused(f"<speak>\n {element}</speak>", match)
-    assert str(error).startswith("SSML line 2, column 2: ")
+    assert str(error).startswith("text: SSML line 2, column 2: ")
 
 
 def test_mark_is_reported_at_its_tag() -> None:
@@ -836,7 +839,7 @@ def test_the_vendor_samples_read_their_elements() -> None:
 def test_the_azure_sample_with_a_sapi_phoneme_is_refused_naming_it() -> None:
     source = (SAMPLES / "azure_sapi_phoneme.xml").read_text(encoding="utf-8")
     error = refused(source, 'alphabet="sapi" is not valid: ipa or x-sampa')
-    assert str(error).startswith("SSML line 9, column 15:")
+    assert str(error).startswith("text: SSML line 9, column 15:")
 
 
 # ---- hostile documents -----------------------------------------------------------------------
@@ -850,7 +853,7 @@ def test_billion_laughs_is_refused() -> None:
         "]>\n<speak>&lol3;</speak>"
     )
     error = refused(source, "DOCTYPE")
-    assert str(error).startswith("SSML line 2, column 1:")
+    assert str(error).startswith("text: SSML line 2, column 1:")
 
 
 def test_an_external_entity_is_refused_before_any_file_is_read() -> None:
@@ -860,14 +863,14 @@ def test_an_external_entity_is_refused_before_any_file_is_read() -> None:
         "<speak>&xxe;</speak>"
     )
     error = refused(source, "DOCTYPE")
-    assert str(error).startswith("SSML line 2, column 1:")
+    assert str(error).startswith("text: SSML line 2, column 1:")
     assert "root:" not in str(error)
 
 
 def test_ten_thousand_nested_elements_are_refused() -> None:
     source = "<speak>" + "<prosody>" * 10_000 + "x" + "</prosody>" * 10_000 + "</speak>"
     error = refused(source, "nested deeper than 64")
-    assert str(error).startswith("SSML line 1, column ")
+    assert str(error).startswith("text: SSML line 1, column ")
 
 
 def test_too_many_elements_are_refused() -> None:
@@ -882,18 +885,18 @@ def test_a_ten_megabyte_document_is_refused_as_too_large() -> None:
         TextTooLargeError, match=f"longer than {MAX_SSML_CHARS} characters"
     ) as caught:
         read_ssml(source)
-    assert str(caught.value).startswith(f"SSML line 1, column {MAX_SSML_CHARS + 1}:")
+    assert str(caught.value).startswith(f"text: SSML line 1, column {MAX_SSML_CHARS + 1}:")
     assert caught.value.field == "text"
 
 
 def test_an_unclosed_tag_is_refused_with_its_line_and_column() -> None:
     error = refused("<speak>\n  <p>Hello\n  <s>world</p>\n</speak>", "mismatched tag")
-    assert str(error).startswith("SSML line 3, column 13:")  # at "p" of "</p>"
+    assert str(error).startswith("text: SSML line 3, column 13:")  # at "p" of "</p>"
 
 
 def test_a_document_cut_short_is_refused() -> None:
     error = refused("<speak>Hello <emphasis>world", "no element found")
-    assert str(error).startswith("SSML line 1, column ")
+    assert str(error).startswith("text: SSML line 1, column ")
 
 
 def test_the_cap_on_characters_can_be_set_per_call() -> None:
@@ -937,7 +940,7 @@ def test_any_mix_of_elements_reads_or_is_refused_and_spans_stay_in_the_source() 
         try:
             document = read_ssml(source)
         except InvalidInputError as error:
-            assert str(error).startswith("SSML line "), source
+            assert str(error).startswith("text: SSML line "), source
             continue
         for speech in document.speech:
             start, end = speech.mapped.source_span(0, len(speech.text))
