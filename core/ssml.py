@@ -1185,11 +1185,22 @@ def _number_lang(lang: str | None) -> Literal["auto", "en", "zh"]:
     return "zh" if lang.replace("_", "-").split("-")[0].lower() in _ZH_LANGS else "en"
 
 
-def read_ssml(source: str, *, max_chars: int = MAX_SSML_CHARS) -> SsmlDocument:
+def read_ssml(source: str, *, max_chars: int = MAX_SSML_CHARS, field: str = "text") -> SsmlDocument:
     """``source`` read as SSML (see the module docstring);
-    :class:`~voicelane.common.errors.InvalidInputError` (``field="text"``) naming the line
-    and column of what is wrong (:class:`~voicelane.common.errors.TextTooLargeError`, a
-    kind of it, for a document over ``max_chars``)."""
+    :class:`~voicelane.common.errors.InvalidInputError` naming the line and column of what
+    is wrong (:class:`~voicelane.common.errors.TextTooLargeError`, a kind of it, for a
+    document over ``max_chars``), about ``field`` (the request's name for the text: ``input``
+    on the OpenAI-compatible route) and starting with it."""
+    try:
+        return _read(source, max_chars)
+    except InvalidInputError as error:
+        if field == "text":
+            raise
+        message = str(error).removeprefix("text: ")
+        raise type(error)(f"{field}: {message}", field=field) from None
+
+
+def _read(source: str, max_chars: int) -> SsmlDocument:
     try:
         root = parse_xml(
             source, max_chars=max_chars, max_depth=MAX_DEPTH, max_elements=MAX_ELEMENTS

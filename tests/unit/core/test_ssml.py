@@ -899,6 +899,17 @@ def test_a_document_cut_short_is_refused() -> None:
     assert str(error).startswith("text: SSML line 1, column ")
 
 
+def test_errors_can_name_another_field() -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        read_ssml("<speak><s>Hi</speak>", field="input")
+    assert caught.value.field == "input"
+    assert str(caught.value) == "input: SSML line 1, column 15: mismatched tag"
+    with pytest.raises(TextTooLargeError) as large:
+        read_ssml("<speak>" + "a" * 100 + "</speak>", max_chars=50, field="input")
+    assert large.value.field == "input"
+    assert str(large.value).startswith("input: SSML line 1, column 51:")
+
+
 def test_the_cap_on_characters_can_be_set_per_call() -> None:
     with pytest.raises(TextTooLargeError):
         read_ssml("<speak>" + "a" * 100 + "</speak>", max_chars=50)
