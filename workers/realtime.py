@@ -457,9 +457,9 @@ class Session:
             after_break = seg.pause_after_ms is not None
             await self._encode(out, resampler.flush(), sentence.index)
             await self._send(out.end_sentence(sentence.index))
-        end_ms = round(self._stream_ms())
-        self._marks.extend(MarkTiming(name, end_ms) for name in self._trailing_marks)
         await self._send(out.close())
+        end_ms = round(self._stream_ms())  # marks after the last word: on the final chunk
+        self._marks.extend(MarkTiming(name, end_ms) for name in self._trailing_marks)
         details = json.dumps({"warnings": self._warnings}) if self._warnings else ""
         words, self._words = tuple(self._words), []
         marks, self._marks = tuple(self._marks), []

@@ -1,0 +1,149 @@
+"""A real-time sentence's edges and times (:mod:`voicelane.workers.realtime_timing`): silence cut
+only around breaks, words of the whole request's text on the stream's clock, marks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from voicelane.core.marks import MarkTiming
+from voicelane.core.speech_text import SpokenSegment, prepare_text
+from voicelane.core.text_profiles import profile_for
+from voicelane.workers.engines import PcmF32, WordEvent
+from voicelane.workers.realtime_timing import (
+    Edges,
+    SentenceSource,
+    SentenceTimes,
+    apply_gain_db,
+    silence_edges,
+)
+
+RATE = 1000  # one sample per ms: positions read as milliseconds
+FRAME = 5  # EDGE_FRAME_S at RATE
+
+
+def sound(ms: int) -> PcmF32:
+    return np.full(ms * RATE // 1000, 0.5, dtype=np.float32)
+
+
+def quiet(ms: int) -> PcmF32:
+    return np.zeros(ms * RATE // 1000, dtype=np.float32)
+
+
+def cat(*parts: PcmF32) -> PcmF32:
+    return np.concatenate(parts)
+
+
+def test_silence_edges_counts_whole_quiet_frames_at_each_end() -> None:
+    assert silence_edges(cat(quiet(22), sound(31), quiet(12)), RATE) == (20, 10)
+    assert silence_edges(quiet(40), RATE) == (40, 0)
+    assert silence_edges(sound(10), RATE) == (0, 0)
+
+
+def test_without_a_break_nothing_is_cut() -> None:
+    edges = Edges(RATE, trim_lead=False, trim_tail=False)
+    first, second = cat(quiet(30), sound(50)), cat(sound(20), quiet(40))
+    out = cat(edges.take(first), edges.take(second, last=True), edges.finish())
+    assert np.array_equal(out, cat(first, second))
+    assert edges.cut_lead == 0 and edges.delivered == 140
+    assert (edges.speech_start, edges.speech_end) == (30, 100)
+
+
+def test_after_a_break_the_leading_silence_goes_even_across_chunks() -> None:
+    edges = Edges(RATE, trim_lead=True, trim_tail=False)
+    assert len(edges.take(quiet(25))) == 0
+    out = edges.take(cat(quiet(10), sound(30), quiet(15)))
+    assert np.array_equal(out, cat(sound(30), quiet(15)))  # the tail stays: no break after
+    assert edges.cut_lead == 35 and edges.speech_start == 35
+
+
+def test_before_a_break_the_trailing_silence_is_held_then_dropped() -> None:
+    edges = Edges(RATE, trim_lead=False, trim_tail=True)
+    out = [edges.take(cat(sound(30), quiet(20)))]
+    assert len(out[0]) == 30  # the silence might be trailing: held back
+    out.append(edges.take(cat(quiet(10), sound(10), quiet(25))))
+    assert len(out[1]) == 20 + 10 + 10  # it was not: it goes, with the new sound
+    out.append(edges.finish())
+    assert len(out[2]) == 0  # the true trailing silence never goes out
+    assert np.array_equal(cat(*out), cat(sound(30), quiet(30), sound(10)))
+    assert edges.delivered == 70 and edges.speech_end == 70
+
+
+def test_a_last_chunk_is_cut_at_once() -> None:
+    edges = Edges(RATE, trim_lead=True, trim_tail=True)
+    out = edges.take(cat(quiet(20), sound(40), quiet(30)), last=True)
+    assert np.array_equal(out, sound(40))
+    assert len(edges.finish()) == 0 and edges.cut_lead == 20 and edges.delivered == 40
+
+
+def test_gain_in_db() -> None:
+    pcm = sound(10)
+    assert float(apply_gain_db(pcm, -6.0206)[0]) == pytest.approx(0.25, abs=1e-4)
+    assert float(apply_gain_db(pcm, 12)[0]) == 1.0  # clipped
+    assert not apply_gain_db(pcm, -120).any()
+
+
+TEXT = "Intro. I paid $3.5M today."
+
+
+def segment(text: str) -> SpokenSegment:
+    """The segment of ``text`` (one sentence) as the espeak engine is given it."""
+    (only,) = prepare_text(text, profile=profile_for("espeak")).segments
+    return only
+
+
+def event(seg: SpokenSegment, word: str, sample: int, after: int = 0) -> WordEvent:
+    start = seg.text.index(word, after)
+    return WordEvent(start, start + len(word), sample)
+
+
+def test_words_map_to_the_whole_texts_spans_and_the_streams_clock() -> None:
+    raw = TEXT[7:]
+    seg = segment(raw)
+    assert seg.text == "I paid three point five million dollars today."
+    names = ["I", "paid", "three", "point", "five", "million", "dollars", "today"]
+    samples = [30, 120, 400, 600, 800, 1000, 1200, 1500]
+    edges = Edges(RATE, trim_lead=True, trim_tail=False)
+    edges.take(cat(quiet(30), sound(1800), quiet(100)), last=True)  # 30 ms cut
+    times = SentenceTimes(seg, SentenceSource(raw, 7), start_ms=2000.4, sample_rate_hz=RATE)
+    times.add([event(seg, w, s) for w, s in zip(names, samples, strict=True)])
+
+    words = times.words(edges)
+
+    assert [w.text for w in words] == ["I", "paid", "$3.5M", "today"]
+    assert all(TEXT[w.char_start : w.char_end] == w.text for w in words)
+    assert [(w.start_ms, w.end_ms) for w in words] == [
+        (2000, 2090),
+        (2090, 2370),  # ends where "three" starts
+        (2370, 3470),  # "$3.5M": from "three" to "today", spoken as five words
+        (3470, 3800),  # the last word ends with the speech (1830 - 30 cut)
+    ]
+
+
+def test_marks_take_the_next_words_start_or_the_end_of_the_speech() -> None:
+    seg = dataclasses.replace(
+        segment("Hello there world."),
+        marks=(("first", 0), ("middle", 6), ("late", 17)),
+    )
+    edges = Edges(RATE, trim_lead=False, trim_tail=True)
+    edges.take(cat(quiet(50), sound(900), quiet(200)), last=True)
+    times = SentenceTimes(
+        seg, SentenceSource("Hello there world.", 0), start_ms=100, sample_rate_hz=RATE
+    )
+    times.add([event(seg, "Hello", 50), event(seg, "there", 400), event(seg, "world", 700)])
+    assert times.marks(edges) == [
+        MarkTiming("first", 150),
+        MarkTiming("middle", 500),
+        MarkTiming("late", 1050),  # after the last word: the end of its speech
+    ]
+
+
+def test_without_word_events_a_leading_mark_is_at_the_speech_start() -> None:
+    seg = dataclasses.replace(segment("Hello there."), marks=(("start", 0), ("end", 5)))
+    edges = Edges(RATE, trim_lead=False, trim_tail=False)
+    edges.take(cat(quiet(40), sound(500), quiet(60)), last=True)
+    times = SentenceTimes(seg, SentenceSource("Hello there.", 0), start_ms=0, sample_rate_hz=RATE)
+    assert times.words(edges) == []
+    assert times.marks(edges) == [MarkTiming("start", 40), MarkTiming("end", 540)]
