@@ -253,19 +253,6 @@ class _Sentence:
     """The words of the input it speaks (whitespace normalized, markup left out)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Chunk:
-    """A chunk of a sentence's audio; ``last`` when the engine is known to have finished
-    the sentence with it (the words' ends and the marks are known then)."""
-
-    pcm: PcmF32
-    last: bool
-
-
-_NOTHING = object()
-"""No event read ahead (:meth:`Session._speak`)."""
-
-
 @dataclass
 class SentenceCutter:
     """Cut text arriving in pieces into sentences, as soon as each one is complete."""
@@ -492,28 +479,25 @@ class Session:
             seg, sentence.source, start_ms=self._stream_ms(), sample_rate_hz=rate_hz
         )
         gain_db = seg.voicing.volume_db
-        timed = False
         async with contextlib.aclosing(self._speak(self._utterance(seg))) as pieces:
             async for piece in pieces:
                 if isinstance(piece, StreamWords):
                     times.add(piece.words)
                     continue
-                pcm = edges.take(piece.pcm, last=piece.last)
-                if piece.last:
-                    self._timed(times, edges)
-                    timed = True
+                pcm = edges.take(piece)
+                self._timed(*times.take(edges))  # they ride with this audio
                 await self._deliver(out, resampler, pcm, sentence.index, gain_db=gain_db)
-        await self._deliver(out, resampler, edges.finish(), sentence.index, gain_db=gain_db)
-        if not timed:
-            self._timed(times, edges)
+        tail = edges.finish()
+        self._timed(*times.finish(edges))
+        await self._deliver(out, resampler, tail, sentence.index, gain_db=gain_db)
         if seg.pause_after_ms is not None:
             pause = silence(seg.pause_after_ms / 1000, rate_hz)
             await self._deliver(out, resampler, pause, sentence.index)
 
-    def _timed(self, times: SentenceTimes, edges: Edges) -> None:
-        """The segment's words and marks go out with the next audio entry."""
-        self._words.extend(times.words(edges))
-        self._marks.extend(times.marks(edges))
+    def _timed(self, words: list[WordTiming], marks: list[MarkTiming]) -> None:
+        """Words and marks go out with the next audio entry."""
+        self._words.extend(words)
+        self._marks.extend(marks)
 
     def _utterance(self, seg: SpokenSegment) -> Utterance:
         """What the engine is asked for one segment: the request's voice and speed, changed
@@ -584,11 +568,10 @@ class Session:
         if self._started_at is None:
             self._started_at = time.monotonic()
 
-    async def _speak(self, utterance: Utterance) -> AsyncGenerator[_Chunk | StreamWords, None]:
+    async def _speak(self, utterance: Utterance) -> AsyncGenerator[StreamEvent, None]:
         """The utterance's audio as the batcher streams it, with the engine's word events
-        (before the chunk they belong with); a chunk is marked ``last`` when the end is
-        already there behind it (read ahead without waiting). Cancelling the session's task
-        (or leaving early) cancels the utterance in the batcher."""
+        (before the chunk they belong with); cancelling the session's task (or leaving
+        early) cancels the utterance in the batcher."""
         deadline_s = time.monotonic() + (self.request.deadline_ms - now_ms()) / 1000
         stream = self.batcher.submit_stream(
             utterance, priority=Priority.REALTIME, deadline_s=deadline_s
@@ -596,22 +579,8 @@ class Session:
         ready = asyncio.Event()
         stream.listen(_waker(asyncio.get_running_loop(), ready))
         try:
-            ahead: object = _NOTHING
-            while True:
-                if ahead is _NOTHING:
-                    event = await _next_event(stream, ready)
-                else:
-                    event, ahead = ahead, _NOTHING  # type: ignore[assignment]
-                if event is None:
-                    return
-                if isinstance(event, StreamWords):
-                    yield event
-                    continue
-                try:
-                    ahead = stream.read_event_nowait()
-                except BlockingIOError:
-                    ahead = _NOTHING
-                yield _Chunk(event, last=ahead is None)
+            while (event := await _next_event(stream, ready)) is not None:
+                yield event
         finally:
             stream.cancel()
 

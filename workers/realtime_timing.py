@@ -52,7 +52,6 @@ class Edges:
 
     def __init__(self, sample_rate_hz: int, *, trim_lead: bool, trim_tail: bool) -> None:
         self.rate_hz = sample_rate_hz
-        self.trim_lead = trim_lead
         self.trim_tail = trim_tail
         self.received = 0
         """Samples the engine gave so far."""
@@ -63,13 +62,15 @@ class Edges:
         """Samples handed on so far."""
         self.speech_start: int | None = None
         self.speech_end = 0
-        """Utterance samples ``[speech_start, speech_end)`` hold all its sound (whole 5 ms
-        frames); ``speech_start`` is None while only silence came."""
-        self._leading = trim_lead
+        """Utterance samples ``[speech_start, speech_end)`` hold all its sound so far (whole
+        5 ms frames); ``speech_start`` is None while only silence came."""
+        self.leading = trim_lead
+        """Still cutting the leading silence: where the delivered audio starts is not known
+        yet."""
         self._held: PcmF32 = _EMPTY
 
-    def take(self, chunk: PcmF32, *, last: bool = False) -> PcmF32:
-        """What of ``chunk`` goes on now (``last``: no more audio follows)."""
+    def take(self, chunk: PcmF32) -> PcmF32:
+        """What of ``chunk`` goes on now."""
         first = self.received
         self.received += len(chunk)
         lead, tail = silence_edges(chunk, self.rate_hz)
@@ -77,18 +78,18 @@ class Edges:
             self.speech_end = first + len(chunk) - tail
             if self.speech_start is None:
                 self.speech_start = first + lead
-        if self._leading:
+        if self.leading:
             if lead >= len(chunk):  # only silence so far: all of it goes
                 self.cut_lead += len(chunk)
                 return _EMPTY
-            self._leading = False
+            self.leading = False
             self.cut_lead += lead
             chunk = chunk[lead:]
-        if self.trim_tail:
+        if self.trim_tail:  # hold back what may be the trailing silence
             combined = np.concatenate([self._held, chunk]) if len(self._held) else chunk
             _, tail = silence_edges(combined, self.rate_hz)
             keep = len(combined) - tail
-            self._held = _EMPTY if last else combined[keep:]
+            self._held = combined[keep:]
             chunk = combined[:keep]
         return self._deliver(chunk)
 
@@ -96,6 +97,7 @@ class Edges:
         """The end of the utterance: what was held back (nothing, when it is a trailing
         silence that a break replaces)."""
         held, self._held = self._held, _EMPTY
+        self.leading = False
         return _EMPTY if self.trim_tail else self._deliver(held)
 
     def _deliver(self, pcm: PcmF32) -> PcmF32:
@@ -113,7 +115,9 @@ class SentenceSource:
 
 
 class SentenceTimes:
-    """The words and marks of one segment on the stream's clock (module docstring)."""
+    """The words and marks of one segment on the stream's clock (module docstring), given
+    out as soon as they are known: the words after the chunk they came with went through
+    :class:`Edges` (:meth:`take`), the rest at the end (:meth:`finish`)."""
 
     def __init__(
         self,
@@ -129,41 +133,64 @@ class SentenceTimes:
         """When the segment's first delivered sample is heard (the stream's clock)."""
         self.rate_hz = sample_rate_hz
         self.events: list[WordEvent] = []
+        """Every word event of the segment so far."""
+        self._new: list[WordEvent] = []
+        self._marks = list(segment.marks)
+        """Marks not timed yet, in order."""
+        self._spoken_to = 0
+        """The end (in the source) of the last word given out: a later engine word inside
+        it (``$3.5M`` spoken as four words) is part of that word."""
 
     def add(self, events: Sequence[WordEvent]) -> None:
+        """Word events of the engine (they come before the chunk they belong with)."""
         self.events.extend(events)
+        self._new.extend(events)
+
+    def take(self, edges: Edges) -> tuple[list[WordTiming], list[MarkTiming]]:
+        """What is known once a chunk went through ``edges``: the words that came with it
+        (each to the next one's start, the last to the end of the sound so far: for an engine
+        that gives whole utterances, espeak, exactly its end) and the marks they time."""
+        if edges.leading:  # where the delivered audio starts is not known yet
+            return [], []
+        events, self._new = self._new, []
+        return self._words(events, edges), self._timed_marks(edges, final=False)
+
+    def finish(self, edges: Edges) -> tuple[list[WordTiming], list[MarkTiming]]:
+        """The rest at the end of the segment: marks after its last word are at the end of
+        its speech (at its start, for a mark before the text on an engine without words)."""
+        events, self._new = self._new, []
+        return self._words(events, edges), self._timed_marks(edges, final=True)
 
     def _ms(self, sample: int, edges: Edges) -> int:
         """The stream time of utterance sample ``sample`` (within the delivered audio)."""
         delivered = min(max(0, sample - edges.cut_lead), edges.delivered)
         return round(self.start_ms + delivered * 1000 / self.rate_hz)
 
-    def words(self, edges: Edges) -> list[WordTiming]:
-        """The segment's words once its audio is complete: one per word of the input (the
-        engine's words that come from one input word, ``$3.5M`` spoken as four, are one),
-        each from its first engine word's start to the next input word's start (the last
-        to the end of the speech)."""
+    def _words(self, events: Sequence[WordEvent], edges: Edges) -> list[WordTiming]:
+        """One word per word of the input (the engine's words from one input word are one),
+        from its first engine word's start to the next input word's start."""
         spoken = len(self.segment.text)
         groups: list[tuple[int, int, int]] = []  # (source start, source end, first sample)
-        for event in self.events:
+        for event in events:
             start = max(0, min(spoken, event.char_start))
             end = max(start, min(spoken, event.char_end))
             src_start, src_end = self.segment.mapping.source_span(start, end)
-            if src_end <= src_start:
-                continue
+            if src_end <= src_start or src_start < self._spoken_to:
+                continue  # nothing of the input, or inside a word given out before
             if groups and src_start < groups[-1][1]:  # the same input word, spoken on
                 first, last, sample = groups[-1]
                 groups[-1] = (first, max(last, src_end), sample)
                 continue
             groups.append((src_start, src_end, event.sample))
+        if groups:
+            self._spoken_to = groups[-1][1]
         speech_end = self._ms(edges.speech_end, edges)
         out: list[WordTiming] = []
+        offset = self.source.offset
         for index, (src_start, src_end, sample) in enumerate(groups):
             start_ms = self._ms(sample, edges)
-            end_ms = (
-                self._ms(groups[index + 1][2], edges) if index + 1 < len(groups) else speech_end
-            )
-            offset = self.source.offset
+            following = groups[index + 1][2] if index + 1 < len(groups) else None
+            end_ms = speech_end if following is None else self._ms(following, edges)
             out.append(
                 WordTiming(
                     text=self.source.text[src_start:src_end],
@@ -175,20 +202,23 @@ class SentenceTimes:
             )
         return out
 
-    def marks(self, edges: Edges) -> list[MarkTiming]:
-        """The segment's marks: at the start of the first engine word at or after each
-        mark's offset; else at the end of the speech (at its start for a mark before the
-        text, on an engine that reports no words)."""
-        out = []
-        for name, offset in self.segment.marks:
+    def _timed_marks(self, edges: Edges, *, final: bool) -> list[MarkTiming]:
+        """The marks whose time is known, in order: the start of the first engine word at
+        or after a mark's offset; at the end, the end of the speech for the others."""
+        out: list[MarkTiming] = []
+        while self._marks:
+            name, offset = self._marks[0]
             word = next((e for e in self.events if e.char_start >= offset), None)
             if word is not None:
                 sample = word.sample
+            elif not final:
+                break  # its word may be still to come
             elif offset <= 0 and not self.events:
                 sample = edges.speech_start if edges.speech_start is not None else 0
             else:
                 sample = edges.speech_end
             out.append(MarkTiming(name, self._ms(sample, edges)))
+            self._marks.pop(0)
         return out
 
 

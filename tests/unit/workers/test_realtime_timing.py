@@ -45,7 +45,7 @@ def test_silence_edges_counts_whole_quiet_frames_at_each_end() -> None:
 def test_without_a_break_nothing_is_cut() -> None:
     edges = Edges(RATE, trim_lead=False, trim_tail=False)
     first, second = cat(quiet(30), sound(50)), cat(sound(20), quiet(40))
-    out = cat(edges.take(first), edges.take(second, last=True), edges.finish())
+    out = cat(edges.take(first), edges.take(second), edges.finish())
     assert np.array_equal(out, cat(first, second))
     assert edges.cut_lead == 0 and edges.delivered == 140
     assert (edges.speech_start, edges.speech_end) == (30, 100)
@@ -71,9 +71,9 @@ def test_before_a_break_the_trailing_silence_is_held_then_dropped() -> None:
     assert edges.delivered == 70 and edges.speech_end == 70
 
 
-def test_a_last_chunk_is_cut_at_once() -> None:
+def test_a_segment_between_two_breaks_is_its_sound_alone() -> None:
     edges = Edges(RATE, trim_lead=True, trim_tail=True)
-    out = edges.take(cat(quiet(20), sound(40), quiet(30)), last=True)
+    out = edges.take(cat(quiet(20), sound(40), quiet(30)))
     assert np.array_equal(out, sound(40))
     assert len(edges.finish()) == 0 and edges.cut_lead == 20 and edges.delivered == 40
 
@@ -106,11 +106,11 @@ def test_words_map_to_the_whole_texts_spans_and_the_streams_clock() -> None:
     names = ["I", "paid", "three", "point", "five", "million", "dollars", "today"]
     samples = [30, 120, 400, 600, 800, 1000, 1200, 1500]
     edges = Edges(RATE, trim_lead=True, trim_tail=False)
-    edges.take(cat(quiet(30), sound(1800), quiet(100)), last=True)  # 30 ms cut
     times = SentenceTimes(seg, SentenceSource(raw, 7), start_ms=2000.4, sample_rate_hz=RATE)
     times.add([event(seg, w, s) for w, s in zip(names, samples, strict=True)])
+    edges.take(cat(quiet(30), sound(1800), quiet(100)))  # 30 ms cut
 
-    words = times.words(edges)
+    words, marks = times.take(edges)  # known with the chunk they came with
 
     assert [w.text for w in words] == ["I", "paid", "$3.5M", "today"]
     assert all(TEXT[w.char_start : w.char_end] == w.text for w in words)
@@ -120,6 +120,37 @@ def test_words_map_to_the_whole_texts_spans_and_the_streams_clock() -> None:
         (2370, 3470),  # "$3.5M": from "three" to "today", spoken as five words
         (3470, 3800),  # the last word ends with the speech (1830 - 30 cut)
     ]
+    assert marks == [] and times.finish(edges) == ([], [])
+
+
+def test_words_wait_for_the_start_of_the_sound_after_a_break() -> None:
+    seg = segment("Hello there.")
+    edges = Edges(RATE, trim_lead=True, trim_tail=False)
+    times = SentenceTimes(seg, SentenceSource("Hello there.", 0), start_ms=0, sample_rate_hz=RATE)
+    times.add([event(seg, "Hello", 0), event(seg, "there", 300)])
+    edges.take(quiet(40))
+    assert times.take(edges) == ([], [])  # where the audio starts is not known yet
+    edges.take(cat(quiet(20), sound(600)))
+    words, _ = times.take(edges)
+    assert [(w.text, w.start_ms, w.end_ms) for w in words] == [
+        ("Hello", 0, 240),
+        ("there", 240, 600),
+    ]
+
+
+def test_a_word_spoken_across_two_chunks_is_given_once() -> None:
+    raw = "It costs $3.5M now."
+    seg = segment(raw)
+    edges = Edges(RATE, trim_lead=False, trim_tail=False)
+    times = SentenceTimes(seg, SentenceSource(raw, 0), start_ms=0, sample_rate_hz=RATE)
+    times.add([event(seg, w, s) for w, s in [("It", 0), ("costs", 100), ("three", 300)]])
+    edges.take(sound(350))
+    first, _ = times.take(edges)
+    times.add([event(seg, w, s) for w, s in [("point", 400), ("five", 500), ("now", 900)]])
+    edges.take(sound(700))
+    second, _ = times.take(edges)
+    assert [w.text for w in first] == ["It", "costs", "$3.5M"]
+    assert [w.text for w in second] == ["now"]
 
 
 def test_marks_take_the_next_words_start_or_the_end_of_the_speech() -> None:
@@ -128,22 +159,22 @@ def test_marks_take_the_next_words_start_or_the_end_of_the_speech() -> None:
         marks=(("first", 0), ("middle", 6), ("late", 17)),
     )
     edges = Edges(RATE, trim_lead=False, trim_tail=True)
-    edges.take(cat(quiet(50), sound(900), quiet(200)), last=True)
     times = SentenceTimes(
         seg, SentenceSource("Hello there world.", 0), start_ms=100, sample_rate_hz=RATE
     )
     times.add([event(seg, "Hello", 50), event(seg, "there", 400), event(seg, "world", 700)])
-    assert times.marks(edges) == [
-        MarkTiming("first", 150),
-        MarkTiming("middle", 500),
-        MarkTiming("late", 1050),  # after the last word: the end of its speech
-    ]
+    edges.take(cat(quiet(50), sound(900), quiet(200)))
+    _, marks = times.take(edges)
+    assert marks == [MarkTiming("first", 150), MarkTiming("middle", 500)]
+    edges.finish()
+    assert times.finish(edges) == ([], [MarkTiming("late", 1050)])  # after the last word
 
 
 def test_without_word_events_a_leading_mark_is_at_the_speech_start() -> None:
     seg = dataclasses.replace(segment("Hello there."), marks=(("start", 0), ("end", 5)))
     edges = Edges(RATE, trim_lead=False, trim_tail=False)
-    edges.take(cat(quiet(40), sound(500), quiet(60)), last=True)
     times = SentenceTimes(seg, SentenceSource("Hello there.", 0), start_ms=0, sample_rate_hz=RATE)
-    assert times.words(edges) == []
-    assert times.marks(edges) == [MarkTiming("start", 40), MarkTiming("end", 540)]
+    edges.take(cat(quiet(40), sound(500), quiet(60)))
+    assert times.take(edges) == ([], [])
+    edges.finish()
+    assert times.finish(edges) == ([], [MarkTiming("start", 40), MarkTiming("end", 540)])
