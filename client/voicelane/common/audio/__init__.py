@@ -30,11 +30,13 @@ from voicelane.common.audio.pcm import (
     PcmF32,
     PcmI16,
     StreamResampler,
+    apply_gain_db,
     float_to_int16,
     int16_to_float,
     resample,
     resampled_length,
     silence,
+    silence_edges,
 )
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "PcmF32",
     "PcmI16",
     "StreamResampler",
+    "apply_gain_db",
     "codec_delay_samples",
     "decode_to_pcm",
     "encode_failures_total",
@@ -62,5 +65,6 @@ __all__ = [
     "resample",
     "resampled_length",
     "silence",
+    "silence_edges",
     "validate_sample_rate",
 ]
