@@ -22,7 +22,14 @@ from typing import Any, Protocol
 
 from voicelane.core.text_map import Mapped
 
-__all__ = ["TimedSegment", "WordStart", "WordTiming", "mark_times_ms", "segment_word_timings"]
+__all__ = [
+    "MarkTiming",
+    "TimedSegment",
+    "WordStart",
+    "WordTiming",
+    "mark_times_ms",
+    "segment_word_timings",
+]
 
 
 class WordStart(Protocol):
@@ -68,6 +75,17 @@ class WordTiming:
             "char_start": self.char_start,
             "char_end": self.char_end,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class MarkTiming:
+    """An SSML ``mark`` and when it is reached in the delivered audio."""
+
+    name: str
+    time_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "time_ms": self.time_ms}
 
 
 def segment_word_timings(
@@ -135,18 +153,18 @@ def mark_times_ms(
     rate_hz: int,
     start_ms: float,
     voiced_ms: float,
-) -> list[tuple[str, int]]:
+) -> list[MarkTiming]:
     """SSML marks of one segment (``(name, offset in its engine text)``) with their audio
     times: the start of the first word at or after the mark's offset; the end of the
     segment's voiced audio when no word follows it (same clock and arguments as
     :func:`segment_word_timings`)."""
     end_ms = start_ms + max(0.0, voiced_ms)
     ordered = sorted(words, key=lambda w: w.char_start)
-    out: list[tuple[str, int]] = []
+    out: list[MarkTiming] = []
     for name, offset in marks:
         after = next((w for w in ordered if w.char_start >= offset), None)
         at_ms = end_ms if after is None else start_ms + max(0, after.sample) * 1000.0 / rate_hz
-        out.append((name, round(min(at_ms, end_ms))))
+        out.append(MarkTiming(name, round(min(at_ms, end_ms))))
     return out
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from voicelane.core.speech_text import SpokenSegment, prepare_text
 from voicelane.core.text_map import MapBuilder
 from voicelane.core.text_profiles import ESPEAK
-from voicelane.core.word_timings import WordTiming, mark_times_ms, segment_word_timings
+from voicelane.core.word_timings import MarkTiming, WordTiming, mark_times_ms, segment_word_timings
 
 RATE = 1000  # one sample per millisecond: samples read as times
 
@@ -144,8 +144,15 @@ def test_marks_take_the_next_words_time_or_the_segments_end() -> None:
         start_ms=1000,
         voiced_ms=1200,
     )
-    assert times == [("start", 1000), ("before-two", 1300), ("mid-two", 1700), ("end", 2200)]
-    assert mark_times_ms([("m", 0)], [], rate_hz=RATE, start_ms=0, voiced_ms=500) == [("m", 500)]
+    assert [(m.name, m.time_ms) for m in times] == [
+        ("start", 1000),
+        ("before-two", 1300),
+        ("mid-two", 1700),
+        ("end", 2200),
+    ]
+    (alone,) = mark_times_ms([("m", 0)], [], rate_hz=RATE, start_ms=0, voiced_ms=500)
+    assert alone == MarkTiming("m", 500)
+    assert alone.to_json() == {"name": "m", "time_ms": 500}
 
 
 def test_timings_serialize_with_the_documented_keys() -> None:

@@ -27,6 +27,7 @@ from voicelane.common.audio.opus import (
     encode_failures_total,
 )
 from voicelane.common.audio.pcm import (
+    SILENCE_THRESHOLD,
     PcmF32,
     PcmI16,
     StreamResampler,
@@ -40,6 +41,7 @@ from voicelane.common.audio.pcm import (
 )
 
 __all__ = [
+    "SILENCE_THRESHOLD",
     "CODEC_DELAY_MS",
     "DEFAULT_COMPLEXITY",
     "FRAME_DURATION_MS",

@@ -116,7 +116,7 @@ def test_word_events_slice_the_words_of_the_text_in_order(engine: EspeakEngine) 
     ]  # fmt: skip
     samples = [w.sample for w in timed.words]
     assert samples == sorted(samples) and len(set(samples)) == len(samples)
-    assert samples[0] == 0 and samples[-1] < len(timed.pcm)
+    assert samples[0] < 0.05 * engine.sample_rate_hz and samples[-1] < len(timed.pcm)
     # A whole clause (and its comma pause) lies between "Hello" and "world".
     assert samples[1] > 0.3 * engine.sample_rate_hz
     (plain,) = engine.synthesize([Utterance(text, "en-us")])
