@@ -253,24 +253,34 @@ class _Library:
             return TimedAudio(np.zeros(0, dtype=np.float32))
         pcm = np.concatenate(chunks).astype(np.float32)
         pcm *= np.float32(1.0 / 32768.0)
-        events = word_events(raw_words, len(text), len(pcm))
+        events = word_events(raw_words, text, len(pcm))
         return TimedAudio(pcm, audible_starts(events, pcm, self.sample_rate_hz))
 
 
 def word_events(
-    raw: Sequence[tuple[int, int, int]], text_length: int, samples: int
+    raw: Sequence[tuple[int, int, int]], text: str, samples: int
 ) -> tuple[WordEvent, ...]:
     """espeak's ``(1-based position, length, sample)`` word events as :class:`WordEvent`
-    values: 0-based spans within the text, samples within the audio, in order. espeak may
-    announce one word twice (a Han character read by a Latin voice is spoken as several
-    words from one position): only the first event of a position is kept."""
-    out: list[WordEvent] = []
+    values: 0-based spans within ``text``, samples within the audio, in order.
+
+    espeak may announce one word twice (a Han character read by a Latin voice is spoken as
+    several words from one position): only the first event of a position is kept. A word of
+    espeak's dictionary may span several Han characters (``第一句``) while its event's
+    length says one: a span grows over the letters that follow it up to the next word."""
+    events: list[tuple[int, int, int]] = []
     for position, length, sample in raw:
-        start = max(0, min(text_length, position - 1))
-        end = max(start, min(text_length, start + max(1, length)))
+        start = max(0, min(len(text), position - 1))
+        end = max(start, min(len(text), start + max(1, length)))
         at = max(0, min(samples, sample))
-        if out and (start <= out[-1].char_start or at < out[-1].sample):
+        if events and (start <= events[-1][0] or at < events[-1][2]):
             continue  # a repeat of the same word, or out of order: the first report stands
+        events.append((start, end, at))
+    out: list[WordEvent] = []
+    for index, (start, reported_end, at) in enumerate(events):
+        limit = events[index + 1][0] if index + 1 < len(events) else len(text)
+        end = reported_end
+        while end < limit and text[end].isalnum():
+            end += 1
         out.append(WordEvent(start, end, at))
     return tuple(out)
 
