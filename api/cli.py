@@ -6,6 +6,9 @@ with no Redis and no servers:
 * ``voicelane render INPUT -o OUTPUT [--voice V] [--format F] [--sample-rate HZ]``
   (INPUT ``-`` reads standard input; the format follows OUTPUT's extension unless given);
 * ``voicelane say TEXT -o FILE``;
+* both with ``--words FILE`` (the word timings as JSON: ``[{"text", "start_ms", "end_ms",
+  "char_start", "char_end"}]``, spans of the input) and ``--marks FILE`` (SSML marks:
+  ``[{"name", "time_ms"}]``), each written atomically and only with the audio;
 * ``voicelane voices``.
 
 Bad input (empty or binary text, invalid UTF-8, a missing file, an unknown voice or format,
@@ -130,6 +133,9 @@ def _api_key(args: argparse.Namespace, cli: CliSettings) -> str:
 
 
 def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> int:
+    import contextlib
+
+    from voicelane.common.atomic import atomic_output
     from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
     from voicelane.workers.render import EmbeddedRenderer
 
@@ -137,7 +143,15 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
     fmt = format_from_name(args.format) if args.format else format_from_path(output)
     rate_hz = args.sample_rate or settings.sample_rate_hz
     validate_sample_rate(fmt, rate_hz)
-    with EmbeddedRenderer(settings) as renderer:
+    with contextlib.ExitStack() as side_files, EmbeddedRenderer(settings) as renderer:
+        # Opened before the render (an unwritable path fails first) and kept only with the
+        # audio: a failed render leaves none of them behind.
+        words_part = (
+            side_files.enter_context(atomic_output(Path(args.words))) if args.words else None
+        )
+        marks_part = (
+            side_files.enter_context(atomic_output(Path(args.marks))) if args.marks else None
+        )
         result = renderer.render(
             text,
             output,
@@ -147,12 +161,27 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
             speed=args.speed,
             progress=_ProgressBar(sys.stderr),
         )
+        if words_part is not None:
+            _write_json(words_part, [word.to_json() for word in result.words])
+        if marks_part is not None:
+            _write_json(marks_part, [mark.to_json() for mark in result.marks])
     print(
         f"{result.path}: {_format_duration(result.duration_s)} of audio "
         f"({result.format.value}, {result.sample_rate_hz} Hz, {result.segments} segments) "
         f"in {result.elapsed_s:.2f} s, {result.speed_x:.0f}x real time"
     )
     return 0
+
+
+def _write_json(path: Path, data: object) -> None:
+    import json
+
+    from voicelane.common.errors import OutputError
+
+    try:
+        path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise OutputError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def _cmd_render(args: argparse.Namespace, _cli: CliSettings) -> int:
@@ -167,6 +196,11 @@ def _cmd_say(args: argparse.Namespace, cli: CliSettings) -> int:
     settings = _embedded(args)
     text = check_text(args.text, max_chars=settings.max_text_chars, source="TEXT")
     if args.server:
+        if args.words or args.marks:
+            raise InvalidInputError(
+                "--words and --marks are not available with --server yet; "
+                "render in-process (without --server) to get them"
+            )
         return _say_remote(args, _api_key(args, cli), text)
     return _render(args, settings, text)
 
@@ -365,6 +399,14 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
         "--speed", type=float, default=1.0, help="speaking rate multiplier; default 1.0"
     )
     parser.add_argument("--engine", help="engine name; default espeak")
+    parser.add_argument(
+        "--words",
+        metavar="FILE",
+        help="also write the word timings as JSON (text, start_ms, end_ms, char_start, char_end)",
+    )
+    parser.add_argument(
+        "--marks", metavar="FILE", help="also write the SSML marks' times as JSON (name, time_ms)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

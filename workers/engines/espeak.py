@@ -20,7 +20,11 @@ length in the text (code points: the text is passed as UTF-8 with ``espeakCHARS_
 its ``sample``: the sample at which the word starts, counted from the start of the message
 (the library counts the samples of every earlier buffer, ``count_samples``, plus the offset
 in this one), so it is an offset into the utterance's whole audio, whatever buffer it came
-with. :meth:`EspeakEngine.synthesize_timed` returns them as
+with. That sample is where the word's first phoneme starts, and for a stop consonant
+("two", "today") that is its silent closure, some 40-50 ms before anything is heard: a word
+event that falls in silence is moved to the first audible sample after it (-45 dBFS, within
+150 ms and before the next word), so a word starts when it is heard.
+:meth:`EspeakEngine.synthesize_timed` returns them as
 :class:`~voicelane.workers.engines.base.WordEvent` values.
 
 **Pitch.** ``Utterance.params`` may hold ``("pitch_semitones", x)`` (SSML ``prosody
@@ -46,6 +50,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from voicelane.common.audio import SILENCE_THRESHOLD
 from voicelane.common.errors import EngineError, UnknownVoiceError
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.text import contains_cjk
@@ -248,24 +253,60 @@ class _Library:
             return TimedAudio(np.zeros(0, dtype=np.float32))
         pcm = np.concatenate(chunks).astype(np.float32)
         pcm *= np.float32(1.0 / 32768.0)
-        return TimedAudio(pcm, word_events(raw_words, len(text), len(pcm)))
+        events = word_events(raw_words, text, len(pcm))
+        return TimedAudio(pcm, audible_starts(events, pcm, self.sample_rate_hz))
 
 
 def word_events(
-    raw: Sequence[tuple[int, int, int]], text_length: int, samples: int
+    raw: Sequence[tuple[int, int, int]], text: str, samples: int
 ) -> tuple[WordEvent, ...]:
     """espeak's ``(1-based position, length, sample)`` word events as :class:`WordEvent`
-    values: 0-based spans within the text, samples within the audio, in order. espeak may announce
-    one word twice (a Han character read by a Latin voice is spoken as several words from
-    one position): only the first event of a position is kept."""
-    out: list[WordEvent] = []
+    values: 0-based spans within ``text``, samples within the audio, in order.
+
+    espeak may announce one word twice (a Han character read by a Latin voice is spoken as
+    several words from one position): only the first event of a position is kept. A word of
+    espeak's dictionary may span several Han characters (``第一句``) while its event's
+    length says one: a span grows over the letters that follow it up to the next word."""
+    events: list[tuple[int, int, int]] = []
     for position, length, sample in raw:
-        start = max(0, min(text_length, position - 1))
-        end = max(start, min(text_length, start + max(1, length)))
+        start = max(0, min(len(text), position - 1))
+        end = max(start, min(len(text), start + max(1, length)))
         at = max(0, min(samples, sample))
-        if out and (start <= out[-1].char_start or at < out[-1].sample):
+        if events and (start <= events[-1][0] or at < events[-1][2]):
             continue  # a repeat of the same word, or out of order: the first report stands
+        events.append((start, end, at))
+    out: list[WordEvent] = []
+    for index, (start, reported_end, at) in enumerate(events):
+        limit = events[index + 1][0] if index + 1 < len(events) else len(text)
+        end = reported_end
+        while end < limit and text[end].isalnum():
+            end += 1
         out.append(WordEvent(start, end, at))
+    return tuple(out)
+
+
+ONSET_SEARCH_S = 0.150
+"""How far after its event a word's first audible sample is looked for (a stop's closure is
+shorter)."""
+
+
+def audible_starts(
+    events: Sequence[WordEvent], pcm: PcmF32, sample_rate_hz: int
+) -> tuple[WordEvent, ...]:
+    """Each word event moved to the first sample at or above -45 dBFS at or after it (within
+    :data:`ONSET_SEARCH_S` and before the next word's event): when the word is heard."""
+    loud = np.flatnonzero(np.abs(pcm) >= SILENCE_THRESHOLD)
+    if len(loud) == 0:
+        return tuple(events)
+    reach = round(ONSET_SEARCH_S * sample_rate_hz)
+    out: list[WordEvent] = []
+    for index, event in enumerate(events):
+        limit = event.sample + reach
+        if index + 1 < len(events):
+            limit = min(limit, events[index + 1].sample)
+        at = int(np.searchsorted(loud, event.sample))
+        heard = int(loud[at]) if at < len(loud) else limit
+        out.append(replace(event, sample=heard) if heard < limit else event)
     return tuple(out)
 
 
