@@ -68,7 +68,6 @@ from voicelane.core.lane.messages import (
     new_request_id,
     now_ms,
 )
-from voicelane.core.marks import MarkTiming
 from voicelane.core.quotas import RequestRate
 from voicelane.core.rules import (
     MIN_USEFUL_DEADLINE_S,
@@ -81,7 +80,7 @@ from voicelane.core.rules import (
     check_speech_text,
 )
 from voicelane.core.settings import ServiceSettings
-from voicelane.core.word_timings import WordTiming
+from voicelane.core.word_timings import MarkTiming, WordTiming
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,13 @@ from dataclasses import dataclass, field, replace
 
 import redis
 
-from voicelane.common.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler, silence
+from voicelane.common.audio import (
+    FRAME_DURATION_MS,
+    OpusStreamEncoder,
+    StreamResampler,
+    apply_gain_db,
+    silence,
+)
 from voicelane.common.audio.stream import ByteStreamEncoder
 from voicelane.common.errors import (
     DeadlineExceededError,
@@ -71,7 +77,6 @@ from voicelane.core.lane.messages import (
     now_ms,
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
-from voicelane.core.marks import MarkTiming
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import RealtimeSettings
 from voicelane.core.speech_text import (
@@ -83,16 +88,11 @@ from voicelane.core.speech_text import (
 )
 from voicelane.core.text import Segment, normalize_whitespace, split_sentences
 from voicelane.core.text_profiles import TextProfile, profile_for
-from voicelane.core.word_timings import WordTiming
+from voicelane.core.word_timings import MarkTiming, WordTiming
 from voicelane.workers.batching import AudioStream, Batcher, Priority, StreamEvent, StreamWords
 from voicelane.workers.engines import PcmF32, Utterance
 from voicelane.workers.realtime_io import LaneIO
-from voicelane.workers.realtime_timing import (
-    Edges,
-    SentenceSource,
-    SentenceTimes,
-    apply_gain_db,
-)
+from voicelane.workers.realtime_timing import Edges, SentenceSource, SentenceTimes
 
 log = logging.getLogger(__name__)
 

@@ -5,45 +5,36 @@ its edges around an SSML ``break``, and its words and marks put on the stream's 
   ``pause_after_ms``, and the one after it) the engine's own silence goes: the leading silence
   of the segment after a break, the trailing silence of the segment before one (held back
   until more sound or the end shows whether it is trailing), so that the break's silence is
-  *exactly* what separates the words. It also records where the speech starts and ends, in
+  *exactly* what separates the words. It also records where the sound starts and ends, in
   samples of the utterance.
 * :class:`SentenceTimes` turns the engine's word events (samples from the utterance's start;
   offsets in the engine's text) into :class:`~voicelane.core.word_timings.WordTiming` values
-  of the **whole request's** text with times on the stream's clock (``pts_ms``: the
-  sentence's first delivered sample is ``start_ms``; the trimmed lead is taken off), and the
-  segment's SSML marks into :class:`~voicelane.core.marks.MarkTiming` values.
+  of the **whole request's** text with times on the stream's clock (``pts_ms``: the segment's
+  first delivered sample is ``start_ms``; the cut lead is taken off), and the segment's SSML
+  marks into :class:`~voicelane.core.word_timings.MarkTiming` values — by the same rules as
+  the embedded renderer and the batch lane (``segment_word_timings``, ``mark_times_ms`` of
+  :mod:`voicelane.core.word_timings`), as soon as each is known: words with the chunk they
+  came with, not at the end of the sentence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from voicelane.core.marks import MarkTiming
+from voicelane.common.audio import silence_edges
 from voicelane.core.speech_text import SpokenSegment
-from voicelane.core.word_timings import WordTiming
+from voicelane.core.word_timings import (
+    MarkTiming,
+    WordTiming,
+    mark_times_ms,
+    segment_word_timings,
+)
 from voicelane.workers.engines import PcmF32, WordEvent
 
-SILENCE_THRESHOLD = 10 ** (-45 / 20)
-"""Amplitude below which audio counts as silence at a segment's edges (-45 dBFS)."""
-EDGE_FRAME_S = 0.005
-"""Silence is cut in whole frames of this length (what a click would need is left alone)."""
-
 _EMPTY = np.zeros(0, dtype=np.float32)
-
-
-def silence_edges(pcm: PcmF32, sample_rate_hz: int) -> tuple[int, int]:
-    """Samples of silence ``(leading, trailing)`` of ``pcm``: whole 5 ms frames whose peak
-    stays below :data:`SILENCE_THRESHOLD`. All silent: ``(len(pcm), 0)``."""
-    frame = max(1, round(sample_rate_hz * EDGE_FRAME_S))
-    loud = np.flatnonzero(np.abs(pcm) >= SILENCE_THRESHOLD)
-    if len(loud) == 0:
-        return len(pcm), 0
-    lead = (int(loud[0]) // frame) * frame
-    end = min(len(pcm), -(-(int(loud[-1]) + 1) // frame) * frame)
-    return lead, len(pcm) - end
 
 
 class Edges:
@@ -116,8 +107,9 @@ class SentenceSource:
 
 class SentenceTimes:
     """The words and marks of one segment on the stream's clock (module docstring), given
-    out as soon as they are known: the words after the chunk they came with went through
-    :class:`Edges` (:meth:`take`), the rest at the end (:meth:`finish`)."""
+    out as soon as they are known: a chunk's words once it went through :class:`Edges`
+    (:meth:`take`), the rest at the end (:meth:`finish`). An engine without word events
+    gets one timing for the whole segment (sentence timings), at its end."""
 
     def __init__(
         self,
@@ -137,9 +129,9 @@ class SentenceTimes:
         self._new: list[WordEvent] = []
         self._marks = list(segment.marks)
         """Marks not timed yet, in order."""
-        self._spoken_to = 0
-        """The end (in the source) of the last word given out: a later engine word inside
-        it (``$3.5M`` spoken as four words) is part of that word."""
+        self._given_to = 0
+        """The end (in the source) of the last word given out: an engine word that maps
+        inside it (``$3.5M`` spoken across two chunks) is part of that word."""
 
     def add(self, events: Sequence[WordEvent]) -> None:
         """Word events of the engine (they come before the chunk they belong with)."""
@@ -152,79 +144,56 @@ class SentenceTimes:
         that gives whole utterances, espeak, exactly its end) and the marks they time."""
         if edges.leading:  # where the delivered audio starts is not known yet
             return [], []
-        events, self._new = self._new, []
-        return self._words(events, edges), self._timed_marks(edges, final=False)
+        words = self._words(edges) if self._new else []
+        timed = 0
+        for _, offset in self._marks:
+            if not any(e.char_start >= offset for e in self.events):
+                break  # its word may be still to come (and the marks after it wait too)
+            timed += 1
+        return words, self._timed_marks(timed, edges)
 
     def finish(self, edges: Edges) -> tuple[list[WordTiming], list[MarkTiming]]:
         """The rest at the end of the segment: marks after its last word are at the end of
-        its speech (at its start, for a mark before the text on an engine without words)."""
-        events, self._new = self._new, []
-        return self._words(events, edges), self._timed_marks(edges, final=True)
+        its sound; an engine without word events gets the segment's sentence timing."""
+        words = self._words(edges) if self._new or not self.events else []
+        return words, self._timed_marks(len(self._marks), edges)
 
-    def _ms(self, sample: int, edges: Edges) -> int:
-        """The stream time of utterance sample ``sample`` (within the delivered audio)."""
-        delivered = min(max(0, sample - edges.cut_lead), edges.delivered)
-        return round(self.start_ms + delivered * 1000 / self.rate_hz)
+    def _clock(self, edges: Edges) -> tuple[list[WordEvent], float]:
+        """Word events with samples of the delivered audio (the cut lead off), and how long
+        the segment's delivered audio lasts until its sound ends."""
+        shifted = [replace(e, sample=max(0, e.sample - edges.cut_lead)) for e in self.events]
+        voiced = min(max(0, edges.speech_end - edges.cut_lead), edges.delivered)
+        return shifted, voiced * 1000 / self.rate_hz
 
-    def _words(self, events: Sequence[WordEvent], edges: Edges) -> list[WordTiming]:
-        """One word per word of the input (the engine's words from one input word are one),
-        from its first engine word's start to the next input word's start."""
-        spoken = len(self.segment.text)
-        groups: list[tuple[int, int, int]] = []  # (source start, source end, first sample)
-        for event in events:
-            start = max(0, min(spoken, event.char_start))
-            end = max(start, min(spoken, event.char_end))
-            src_start, src_end = self.segment.mapping.source_span(start, end)
-            if src_end <= src_start or src_start < self._spoken_to:
-                continue  # nothing of the input, or inside a word given out before
-            if groups and src_start < groups[-1][1]:  # the same input word, spoken on
-                first, last, sample = groups[-1]
-                groups[-1] = (first, max(last, src_end), sample)
-                continue
-            groups.append((src_start, src_end, event.sample))
-        if groups:
-            self._spoken_to = groups[-1][1]
-        speech_end = self._ms(edges.speech_end, edges)
-        out: list[WordTiming] = []
+    def _words(self, edges: Edges) -> list[WordTiming]:
+        new, self._new = self._new, []
+        shifted, voiced_ms = self._clock(edges)
+        timings = segment_word_timings(
+            self.segment,
+            shifted[len(self.events) - len(new) :],
+            rate_hz=self.rate_hz,
+            start_ms=self.start_ms,
+            voiced_ms=voiced_ms,
+            source=self.source.text,
+        )
+        out = []
         offset = self.source.offset
-        for index, (src_start, src_end, sample) in enumerate(groups):
-            start_ms = self._ms(sample, edges)
-            following = groups[index + 1][2] if index + 1 < len(groups) else None
-            end_ms = speech_end if following is None else self._ms(following, edges)
+        for timing in timings:
+            if timing.char_start < self._given_to:
+                continue  # inside a word given out with an earlier chunk
+            self._given_to = timing.char_end
             out.append(
-                WordTiming(
-                    text=self.source.text[src_start:src_end],
-                    start_ms=start_ms,
-                    end_ms=max(start_ms, end_ms),
-                    char_start=offset + src_start,
-                    char_end=offset + src_end,
+                replace(
+                    timing, char_start=offset + timing.char_start, char_end=offset + timing.char_end
                 )
             )
         return out
 
-    def _timed_marks(self, edges: Edges, *, final: bool) -> list[MarkTiming]:
-        """The marks whose time is known, in order: the start of the first engine word at
-        or after a mark's offset; at the end, the end of the speech for the others."""
-        out: list[MarkTiming] = []
-        while self._marks:
-            name, offset = self._marks[0]
-            word = next((e for e in self.events if e.char_start >= offset), None)
-            if word is not None:
-                sample = word.sample
-            elif not final:
-                break  # its word may be still to come
-            elif offset <= 0 and not self.events:
-                sample = edges.speech_start if edges.speech_start is not None else 0
-            else:
-                sample = edges.speech_end
-            out.append(MarkTiming(name, self._ms(sample, edges)))
-            self._marks.pop(0)
-        return out
-
-
-def apply_gain_db(pcm: PcmF32, gain_db: float) -> PcmF32:
-    """``pcm`` louder or softer by ``gain_db`` (clipped to [-1, 1]); -96 dB and below: silence."""
-    if gain_db <= -96:
-        return np.zeros_like(pcm)
-    out = pcm * np.float32(10 ** (gain_db / 20))
-    return np.clip(out, -1.0, 1.0, out=out)
+    def _timed_marks(self, count: int, edges: Edges) -> list[MarkTiming]:
+        if count == 0:
+            return []
+        marks, self._marks = self._marks[:count], self._marks[count:]
+        shifted, voiced_ms = self._clock(edges)
+        return mark_times_ms(
+            marks, shifted, rate_hz=self.rate_hz, start_ms=self.start_ms, voiced_ms=voiced_ms
+        )

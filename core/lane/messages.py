@@ -24,9 +24,8 @@ from typing import Any
 
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import VoicelaneError, WireError
-from voicelane.core.marks import MarkTiming
 from voicelane.core.speech_text import TextOptions
-from voicelane.core.word_timings import WordTiming
+from voicelane.core.word_timings import MarkTiming, WordTiming
 
 
 def now_ms() -> int:

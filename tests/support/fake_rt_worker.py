@@ -44,9 +44,8 @@ from voicelane.core.lane.messages import (
     now_ms,
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
-from voicelane.core.marks import MarkTiming
 from voicelane.core.settings import RealtimeSettings
-from voicelane.core.word_timings import WordTiming
+from voicelane.core.word_timings import MarkTiming, WordTiming
 from voicelane.workers.realtime_io import LaneIO
 
 log = logging.getLogger(__name__)

@@ -6,19 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import pytest
 
-from voicelane.core.marks import MarkTiming
 from voicelane.core.speech_text import SpokenSegment, prepare_text
 from voicelane.core.text_profiles import profile_for
+from voicelane.core.word_timings import MarkTiming, WordTiming
 from voicelane.workers.engines import PcmF32, WordEvent
-from voicelane.workers.realtime_timing import (
-    Edges,
-    SentenceSource,
-    SentenceTimes,
-    apply_gain_db,
-    silence_edges,
-)
+from voicelane.workers.realtime_timing import Edges, SentenceSource, SentenceTimes
 
 RATE = 1000  # one sample per ms: positions read as milliseconds
 FRAME = 5  # EDGE_FRAME_S at RATE
@@ -34,12 +27,6 @@ def quiet(ms: int) -> PcmF32:
 
 def cat(*parts: PcmF32) -> PcmF32:
     return np.concatenate(parts)
-
-
-def test_silence_edges_counts_whole_quiet_frames_at_each_end() -> None:
-    assert silence_edges(cat(quiet(22), sound(31), quiet(12)), RATE) == (20, 10)
-    assert silence_edges(quiet(40), RATE) == (40, 0)
-    assert silence_edges(sound(10), RATE) == (0, 0)
 
 
 def test_without_a_break_nothing_is_cut() -> None:
@@ -76,13 +63,6 @@ def test_a_segment_between_two_breaks_is_its_sound_alone() -> None:
     out = edges.take(cat(quiet(20), sound(40), quiet(30)))
     assert np.array_equal(out, sound(40))
     assert len(edges.finish()) == 0 and edges.cut_lead == 20 and edges.delivered == 40
-
-
-def test_gain_in_db() -> None:
-    pcm = sound(10)
-    assert float(apply_gain_db(pcm, -6.0206)[0]) == pytest.approx(0.25, abs=1e-4)
-    assert float(apply_gain_db(pcm, 12)[0]) == 1.0  # clipped
-    assert not apply_gain_db(pcm, -120).any()
 
 
 TEXT = "Intro. I paid $3.5M today."
@@ -170,11 +150,14 @@ def test_marks_take_the_next_words_start_or_the_end_of_the_speech() -> None:
     assert times.finish(edges) == ([], [MarkTiming("late", 1050)])  # after the last word
 
 
-def test_without_word_events_a_leading_mark_is_at_the_speech_start() -> None:
+def test_without_word_events_the_segment_is_one_timing_and_marks_are_at_its_end() -> None:
     seg = dataclasses.replace(segment("Hello there."), marks=(("start", 0), ("end", 5)))
     edges = Edges(RATE, trim_lead=False, trim_tail=False)
     times = SentenceTimes(seg, SentenceSource("Hello there.", 0), start_ms=0, sample_rate_hz=RATE)
     edges.take(cat(quiet(40), sound(500), quiet(60)))
     assert times.take(edges) == ([], [])
     edges.finish()
-    assert times.finish(edges) == ([], [MarkTiming("start", 40), MarkTiming("end", 540)])
+    assert times.finish(edges) == (
+        [WordTiming("Hello there.", 0, 540, 0, 12)],  # a sentence timing
+        [MarkTiming("start", 540), MarkTiming("end", 540)],
+    )

@@ -28,8 +28,7 @@ from voicelane.core.lane.messages import (
     pack_packets,
     unpack_packets,
 )
-from voicelane.core.marks import MarkTiming
-from voicelane.core.word_timings import WordTiming
+from voicelane.core.word_timings import MarkTiming, WordTiming
 
 
 def as_stored(fields: dict[str, bytes | str]) -> dict[bytes, bytes]:
