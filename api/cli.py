@@ -19,6 +19,7 @@ left behind. Set ``VOICELANE_DEBUG=1`` to see tracebacks of unexpected errors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -133,9 +134,6 @@ def _api_key(args: argparse.Namespace, cli: CliSettings) -> str:
 
 
 def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> int:
-    import contextlib
-
-    from voicelane.common.atomic import atomic_output
     from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
     from voicelane.workers.render import EmbeddedRenderer
 
@@ -144,14 +142,7 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
     rate_hz = args.sample_rate or settings.sample_rate_hz
     validate_sample_rate(fmt, rate_hz)
     with contextlib.ExitStack() as side_files, EmbeddedRenderer(settings) as renderer:
-        # Opened before the render (an unwritable path fails first) and kept only with the
-        # audio: a failed render leaves none of them behind.
-        words_part = (
-            side_files.enter_context(atomic_output(Path(args.words))) if args.words else None
-        )
-        marks_part = (
-            side_files.enter_context(atomic_output(Path(args.marks))) if args.marks else None
-        )
+        words_part, marks_part = _side_files(side_files, args)
         result = renderer.render(
             text,
             output,
@@ -171,6 +162,18 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
         f"in {result.elapsed_s:.2f} s, {result.speed_x:.0f}x real time"
     )
     return 0
+
+
+def _side_files(
+    stack: contextlib.ExitStack[bool | None], args: argparse.Namespace
+) -> tuple[Path | None, Path | None]:
+    """The ``--words`` and ``--marks`` files, opened before the audio is made (an unwritable
+    path fails first) and kept only with the audio: a failure leaves none of them behind."""
+    from voicelane.common.atomic import atomic_output
+
+    words = stack.enter_context(atomic_output(Path(args.words))) if args.words else None
+    marks = stack.enter_context(atomic_output(Path(args.marks))) if args.marks else None
+    return words, marks
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -196,28 +199,30 @@ def _cmd_say(args: argparse.Namespace, cli: CliSettings) -> int:
     settings = _embedded(args)
     text = check_text(args.text, max_chars=settings.max_text_chars, source="TEXT")
     if args.server:
-        if args.words or args.marks:
-            raise InvalidInputError(
-                "--words and --marks are not available with --server yet; "
-                "render in-process (without --server) to get them"
-            )
         return _say_remote(args, _api_key(args, cli), text)
     return _render(args, settings, text)
 
 
 def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
-    """Stream through the gRPC front: first audio while the rest is still being made."""
+    """Stream through the gRPC front: first audio while the rest is still being made; the
+    word timings and marks (``--words``, ``--marks``) as the stream carried them."""
     from voicelane.client import say_to_file
 
-    result = say_to_file(
-        args.server,
-        api_key,
-        text,
-        Path(args.output),
-        voice=args.voice or "",
-        sample_rate_hz=args.sample_rate or 24000,
-        speed=args.speed,
-    )
+    with contextlib.ExitStack() as side_files:
+        words_part, marks_part = _side_files(side_files, args)
+        result = say_to_file(
+            args.server,
+            api_key,
+            text,
+            Path(args.output),
+            voice=args.voice or "",
+            sample_rate_hz=args.sample_rate or 24000,
+            speed=args.speed,
+        )
+        if words_part is not None:
+            _write_json(words_part, result.words_json())
+        if marks_part is not None:
+            _write_json(marks_part, result.marks_json())
     first_s = result.stats.time_to_first_audio_s
     first = f"; first audio after {first_s * 1000:.0f} ms" if first_s is not None else ""
     duration_s = len(result.pcm) / result.sample_rate_hz

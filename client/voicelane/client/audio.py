@@ -55,6 +55,11 @@ class SynthesisResult:
         "start_ms", "end_ms", "char_start", "char_end"}]``."""
         return [words_entry(word) for word in self.words]
 
+    def marks_json(self) -> list[dict[str, Any]]:
+        """The SSML marks as ``voicelane say --marks`` writes them: ``[{"name",
+        "time_ms"}]``."""
+        return [{"name": mark.name, "time_ms": mark.time_ms} for mark in self.marks]
+
 
 def words_entry(word: pb.Word) -> dict[str, Any]:
     """A word as JSON (the shape of ``voicelane say --words`` and the WebSocket)."""
