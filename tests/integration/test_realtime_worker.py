@@ -7,8 +7,7 @@ import asyncio
 import dataclasses
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +15,7 @@ import pytest
 import redis
 
 from tests.support.engines import RecordingEngine
+from tests.support.ssml_standin import PreparedAs, with_first
 from tests.support.stack import wait_for
 from voicelane.common.audio import OpusStreamDecoder
 from voicelane.core.lane.front import RealtimeClient
@@ -32,13 +32,7 @@ from voicelane.core.lane.messages import (
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.settings import RealtimeSettings
-from voicelane.core.speech_text import (
-    PreparedText,
-    SpokenSegment,
-    TextOptions,
-    Voicing,
-    prepare_text,
-)
+from voicelane.core.speech_text import SpokenSegment, TextOptions, Voicing
 from voicelane.core.word_timings import WordTiming
 from voicelane.workers import realtime
 from voicelane.workers.batching import Batcher
@@ -454,35 +448,6 @@ def test_words_slice_the_request_and_start_with_their_sound(
     # They ride on the first audio entry of their sentence (with its caption).
     first_audio = {e.sentence: e for e in reversed(audio_of(got))}
     assert [w.text for w in first_audio[1].words] == ["Then", "we", "left", "for", "home"]
-
-
-@dataclasses.dataclass
-class PreparedAs:
-    """A stand-in for ``prepare_text`` that reads an SSML document as plain text and then
-    changes its segments as the SSML reader would have (breaks, voicing, marks): what the
-    worker does with them is under test here, the reader itself in the text pipeline's
-    tests. ``seen``: the ``ssml`` option of every call."""
-
-    change: Callable[[tuple[SpokenSegment, ...]], tuple[SpokenSegment, ...]]
-    trailing_marks: tuple[str, ...] = ()
-    seen: list[bool | None] = dataclasses.field(default_factory=list)
-
-    def __call__(self, text: str, *, profile: Any, options: TextOptions) -> PreparedText:
-        self.seen.append(options.ssml)
-        plain = dataclasses.replace(options, ssml=False)
-        prepared = prepare_text(text, profile=profile, options=plain)
-        if not options.ssml:
-            return prepared
-        return dataclasses.replace(
-            prepared,
-            segments=self.change(prepared.segments),
-            ssml=True,
-            trailing_marks=self.trailing_marks,
-        )
-
-
-def with_first(**changes: Any) -> Callable[[tuple[SpokenSegment, ...]], tuple[SpokenSegment, ...]]:
-    return lambda segs: (dataclasses.replace(segs[0], **changes), *segs[1:])
 
 
 BREAK_TEXT = "Hello there. Goodbye now."
