@@ -61,6 +61,13 @@ def stream_ask(
         client_ts_ms=message.client_ts_ms,
         request_id=request_id,
         paced=paced,
+        normalize=message.normalize if message.HasField("normalize") else True,
+        ssml=(
+            message.ssml
+            if isinstance(message, pb.SynthesizeRequest) and message.HasField("ssml")
+            else None
+        ),
+        lexicons=tuple(message.lexicons.names) if message.HasField("lexicons") else None,
     )
 
 

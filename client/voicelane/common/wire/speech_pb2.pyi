@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "sample_rate_hz", "request_id", "client_ts_ms", "speed", "resume_after_seq", "pace")
+    __slots__ = ("text", "voice", "sample_rate_hz", "request_id", "client_ts_ms", "speed", "resume_after_seq", "pace", "normalize", "ssml", "lexicons")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,9 @@ class SynthesizeRequest(_message.Message):
     SPEED_FIELD_NUMBER: _ClassVar[int]
     RESUME_AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     PACE_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    SSML_FIELD_NUMBER: _ClassVar[int]
+    LEXICONS_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     sample_rate_hz: int
@@ -24,7 +27,16 @@ class SynthesizeRequest(_message.Message):
     speed: float
     resume_after_seq: int
     pace: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., request_id: _Optional[str] = ..., client_ts_ms: _Optional[int] = ..., speed: _Optional[float] = ..., resume_after_seq: _Optional[int] = ..., pace: _Optional[bool] = ...) -> None: ...
+    normalize: bool
+    ssml: bool
+    lexicons: Lexicons
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., request_id: _Optional[str] = ..., client_ts_ms: _Optional[int] = ..., speed: _Optional[float] = ..., resume_after_seq: _Optional[int] = ..., pace: _Optional[bool] = ..., normalize: _Optional[bool] = ..., ssml: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ...) -> None: ...
+
+class Lexicons(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Caption(_message.Message):
     __slots__ = ("text", "start", "end", "pts_ms", "sentence")
@@ -89,16 +101,20 @@ class AudioChunk(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., opus_packets: _Optional[_Iterable[bytes]] = ..., pts_ms: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., server_ts_ms: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., final: _Optional[bool] = ..., captions: _Optional[_Iterable[_Union[Caption, _Mapping]]] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[MarkReached, _Mapping]]] = ...) -> None: ...
 
 class ConverseStart(_message.Message):
-    __slots__ = ("voice", "sample_rate_hz", "speed", "client_ts_ms")
+    __slots__ = ("voice", "sample_rate_hz", "speed", "client_ts_ms", "normalize", "lexicons")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     SPEED_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    LEXICONS_FIELD_NUMBER: _ClassVar[int]
     voice: str
     sample_rate_hz: int
     speed: float
     client_ts_ms: int
-    def __init__(self, voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., speed: _Optional[float] = ..., client_ts_ms: _Optional[int] = ...) -> None: ...
+    normalize: bool
+    lexicons: Lexicons
+    def __init__(self, voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., speed: _Optional[float] = ..., client_ts_ms: _Optional[int] = ..., normalize: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ...) -> None: ...
 
 class Flush(_message.Message):
     __slots__ = ()
@@ -157,7 +173,7 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ("messages", "model", "voice", "sample_rate_hz", "client_ts_ms", "system", "speed")
+    __slots__ = ("messages", "model", "voice", "sample_rate_hz", "client_ts_ms", "system", "speed", "normalize", "lexicons")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +181,8 @@ class ChatRequest(_message.Message):
     CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     SPEED_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    LEXICONS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     model: str
     voice: str
@@ -172,7 +190,9 @@ class ChatRequest(_message.Message):
     client_ts_ms: int
     system: str
     speed: float
-    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., model: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., system: _Optional[str] = ..., speed: _Optional[float] = ...) -> None: ...
+    normalize: bool
+    lexicons: Lexicons
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., model: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., system: _Optional[str] = ..., speed: _Optional[float] = ..., normalize: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ...) -> None: ...
 
 class ChatStats(_message.Message):
     __slots__ = ("prompt_tokens", "reply_tokens", "prompt_eval_ms", "eval_ms", "total_ms", "load_ms", "time_to_first_token_ms", "time_to_first_audio_ms", "done_reason", "model", "trimmed_messages", "spoken_text")
