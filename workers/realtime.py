@@ -84,6 +84,7 @@ from voicelane.core.speech_text import (
     PreparedText,
     SpokenSegment,
     TextOptions,
+    looks_like_ssml,
     prepare_text,
 )
 from voicelane.core.text import Segment, normalize_whitespace, split_sentences
@@ -133,10 +134,8 @@ _TAG = re.compile(r"<[^>]*>")
 
 def reads_as_ssml(text: str, options: TextOptions) -> bool:
     """Whether a request's text is an SSML document: ``ssml`` true, or unset and the text
-    starts with ``<speak`` (after any whitespace)."""
-    if options.ssml is not None:
-        return options.ssml
-    return text.lstrip().startswith("<speak")
+    starts with ``<speak`` (:func:`~voicelane.core.speech_text.looks_like_ssml`)."""
+    return options.ssml if options.ssml is not None else looks_like_ssml(text)
 
 
 def ssml_caption(document: str, segment: SpokenSegment) -> str:

@@ -3,8 +3,8 @@ and ``voicelane say --server --words``.
 
 A real espeak worker (the real-time consumer on a real batcher, in-process) serves an
 in-process gRPC front and the REST app's WebSocket on a real redis-server. SSML documents are
-read by a stand-in of the reader (:mod:`tests.support.ssml_standin`): what is under test is
-what the lane carries.
+read by a stand-in of the reader (:mod:`tests.support.ssml_standin`), in the fronts' check at
+submission and in the worker: what is under test is what the lane carries.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.support.ssml_standin import PreparedAs, Segments
+from voicelane.api import streams
 from voicelane.api.cli import main
 from voicelane.api.grpc_front import Front, start_front, stop_front
 from voicelane.api.rest import create_app
@@ -68,9 +69,9 @@ def marked(segments: Segments) -> Segments:
 
 @pytest.fixture
 def worker(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RealtimeConsumer]:
-    monkeypatch.setattr(
-        realtime, "prepare_text", PreparedAs(lambda s: (*marked(s), *s[1:]), ("done",))
-    )
+    standin = PreparedAs(lambda s: (*marked(s), *s[1:]), ("done",))
+    monkeypatch.setattr(realtime, "prepare_text", standin)
+    monkeypatch.setattr(streams, "prepare_text", standin)  # the fronts' check at submission
     batcher = Batcher(EspeakEngine()).start()
     lane = RealtimeWorkerClient.from_url(redis_url, "w@words", SETTINGS)
     lane.publish_capabilities(EspeakEngine().capabilities())
