@@ -275,6 +275,11 @@ def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
     word timings and marks (``--words``, ``--marks``) as the stream carried them."""
     from voicelane.client import say_to_file
 
+    if args.lexicon:
+        raise InvalidInputError(
+            "--lexicon FILE applies to renders in this process; through --server the "
+            "tenant's own lexicons apply (docs/api.md)"
+        )
     with contextlib.ExitStack() as side_files:
         words_part, marks_part = _side_files(side_files, args)
         result = say_to_file(
@@ -285,6 +290,8 @@ def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
             voice=args.voice or "",
             sample_rate_hz=args.sample_rate or 24000,
             speed=args.speed,
+            normalize=None if args.normalize else False,
+            ssml=True if args.ssml else None,
         )
         if words_part is not None:
             _write_json(words_part, result.words_json())
