@@ -76,3 +76,12 @@ def test_words_through_an_unreachable_server_leave_no_file(
     assert code != 0
     assert "failed to connect" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_lexicon_file_is_refused_through_a_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["say", "Hi.", "-o", str(tmp_path / "a.wav"), "--lexicon", str(tmp_path / "x.pls")]
+    assert main([*args, "--server", "127.0.0.1:1", "--key", "k"]) == 2
+    assert "--lexicon" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
