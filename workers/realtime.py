@@ -17,7 +17,11 @@ A session:
 1. drops the request if its deadline passed (it never reaches a batch) or the voice is
    unknown;
 2. reads its text as it arrives and cuts it into sentences (``voicelane.core.text``), sentence by
-   sentence as they complete (Converse) or all at once (Synthesize);
+   sentence as they complete (Converse) or all at once (Synthesize); a Synthesize request
+   whose text is SSML is read whole, and its segments stream like sentences: a ``break`` is
+   exactly its silence (the engine's own silence around it cut,
+   :mod:`voicelane.workers.realtime_timing`), ``prosody`` and ``voice`` change the segment's
+   utterance and gain (Converse and Chat text is always plain text);
 3. live (``paced``, the default): submits the next sentence to the batcher only while less
    than ``lookahead_s`` of audio is ahead of playback, and encodes at most
    ``encode_ahead_s`` ahead — real-time work stays just ahead of the listener. File-style
@@ -25,7 +29,9 @@ A session:
 4. resamples, encodes in the request's encoding — 20 ms Opus packets (the first goes out
    alone, then ``frames_per_chunk`` per entry), or the bytes of a file / raw PCM for a front
    that needs those — and appends to the request's output stream with contiguous ``seq`` and
-   ``pts_ms``, a caption before each sentence's audio, ``end`` last;
+   ``pts_ms``, a caption before each sentence's audio, ``end`` last; the engine's word events
+   become word timings of the request's text on the stream's clock, sent with the audio
+   (with SSML marks), as soon as the chunk they came with has gone through;
 5. stops when its client cancels (the cancel marks are polled for all sessions at once):
    a cancelled stream stops within one batch step.
 
@@ -470,7 +476,8 @@ class Session:
     ) -> None:
         """One segment's audio, then its break's silence: the engine's own silence cut
         around a break (:class:`Edges`), the SSML volume applied, its words and marks timed
-        on the stream's clock as soon as the engine finished it."""
+        on the stream's clock (:class:`SentenceTimes`) as soon as the chunk they came with has
+        gone through: they ride on that chunk's first audio entry."""
         seg = sentence.segment
         rate_hz = self.batcher.engine.sample_rate_hz
         edges = Edges(rate_hz, trim_lead=after_break, trim_tail=seg.pause_after_ms is not None)
