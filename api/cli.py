@@ -6,6 +6,9 @@ with no Redis and no servers:
 * ``voicelane render INPUT -o OUTPUT [--voice V] [--format F] [--sample-rate HZ]``
   (INPUT ``-`` reads standard input; the format follows OUTPUT's extension unless given);
 * ``voicelane say TEXT -o FILE``;
+* both with ``--words FILE`` (the word timings as JSON: ``[{"text", "start_ms", "end_ms",
+  "char_start", "char_end"}]``, spans of the input) and ``--marks FILE`` (SSML marks:
+  ``[{"name", "time_ms"}]``), each written atomically and only with the audio;
 * ``voicelane text [TEXT|-] [--engine E] [--ssml] [--lexicon FILE] [--json]``: what the
   engine will be given (one line per segment), by the function the engines' callers use;
 * ``voicelane voices``.
@@ -20,6 +23,7 @@ left behind. Set ``VOICELANE_DEBUG=1`` to see tracebacks of unexpected errors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -143,7 +147,8 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
     rate_hz = args.sample_rate or settings.sample_rate_hz
     validate_sample_rate(fmt, rate_hz)
     text_options = _text_options(args)
-    with EmbeddedRenderer(settings) as renderer:
+    with contextlib.ExitStack() as side_files, EmbeddedRenderer(settings) as renderer:
+        words_part, marks_part = _side_files(side_files, args)
         result = renderer.render(
             text,
             output,
@@ -154,12 +159,39 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
             progress=_ProgressBar(sys.stderr),
             text_options=text_options,
         )
+        if words_part is not None:
+            _write_json(words_part, [word.to_json() for word in result.words])
+        if marks_part is not None:
+            _write_json(marks_part, [mark.to_json() for mark in result.marks])
     print(
         f"{result.path}: {_format_duration(result.duration_s)} of audio "
         f"({result.format.value}, {result.sample_rate_hz} Hz, {result.segments} segments) "
         f"in {result.elapsed_s:.2f} s, {result.speed_x:.0f}x real time"
     )
     return 0
+
+
+def _side_files(
+    stack: contextlib.ExitStack[bool | None], args: argparse.Namespace
+) -> tuple[Path | None, Path | None]:
+    """The ``--words`` and ``--marks`` files, opened before the audio is made (an unwritable
+    path fails first) and kept only with the audio: a failure leaves none of them behind."""
+    from voicelane.common.atomic import atomic_output
+
+    words = stack.enter_context(atomic_output(Path(args.words))) if args.words else None
+    marks = stack.enter_context(atomic_output(Path(args.marks))) if args.marks else None
+    return words, marks
+
+
+def _write_json(path: Path, data: object) -> None:
+    import json
+
+    from voicelane.common.errors import OutputError
+
+    try:
+        path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise OutputError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def _text_options(args: argparse.Namespace) -> TextOptions:
@@ -239,18 +271,32 @@ def _cmd_say(args: argparse.Namespace, cli: CliSettings) -> int:
 
 
 def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
-    """Stream through the gRPC front: first audio while the rest is still being made."""
+    """Stream through the gRPC front: first audio while the rest is still being made; the
+    word timings and marks (``--words``, ``--marks``) as the stream carried them."""
     from voicelane.client import say_to_file
 
-    result = say_to_file(
-        args.server,
-        api_key,
-        text,
-        Path(args.output),
-        voice=args.voice or "",
-        sample_rate_hz=args.sample_rate or 24000,
-        speed=args.speed,
-    )
+    if args.lexicon:
+        raise InvalidInputError(
+            "--lexicon FILE applies to renders in this process; through --server the "
+            "tenant's own lexicons apply (docs/api.md)"
+        )
+    with contextlib.ExitStack() as side_files:
+        words_part, marks_part = _side_files(side_files, args)
+        result = say_to_file(
+            args.server,
+            api_key,
+            text,
+            Path(args.output),
+            voice=args.voice or "",
+            sample_rate_hz=args.sample_rate or 24000,
+            speed=args.speed,
+            normalize=None if args.normalize else False,
+            ssml=True if args.ssml else None,
+        )
+        if words_part is not None:
+            _write_json(words_part, result.words_json())
+        if marks_part is not None:
+            _write_json(marks_part, result.marks_json())
     first_s = result.stats.time_to_first_audio_s
     first = f"; first audio after {first_s * 1000:.0f} ms" if first_s is not None else ""
     duration_s = len(result.pcm) / result.sample_rate_hz
@@ -432,6 +478,14 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
         "--speed", type=float, default=1.0, help="speaking rate multiplier; default 1.0"
     )
     parser.add_argument("--engine", help="engine name; default espeak")
+    parser.add_argument(
+        "--words",
+        metavar="FILE",
+        help="also write the word timings as JSON (text, start_ms, end_ms, char_start, char_end)",
+    )
+    parser.add_argument(
+        "--marks", metavar="FILE", help="also write the SSML marks' times as JSON (name, time_ms)"
+    )
     _add_text_options(parser)
 
 

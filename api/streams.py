@@ -83,6 +83,7 @@ from voicelane.core.rules import (
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.speech_text import TextOptions, prepare_text
 from voicelane.core.text_profiles import profile_for
+from voicelane.core.word_timings import MarkTiming, WordTiming
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,12 @@ class StreamChunk:
     client_ts_ms: int
     final: bool
     captions: tuple[Caption, ...]
+    words: tuple[WordTiming, ...] = ()
+    """Word timings the worker sent with this chunk (spans in the request's text, times on
+    the stream's clock), in order; for espeak, a sentence's words ride with its caption."""
+    marks: tuple[MarkTiming, ...] = ()
+    """SSML marks reached, with their times; the final chunk carries those after the last
+    word."""
 
 
 # ---- admission -----------------------------------------------------------------------------
@@ -256,7 +263,9 @@ class Stream:
     ``after_seq`` drops audio with ``seq <= after_seq`` and the captions attached to it
     (resume). Audio never goes out twice or backwards, even if a worker that took over
     repeats a seq. Captions ride on the next chunk; a caption just before ``end`` rides on
-    the final chunk. Use as ``async with``: leaving early cancels the request.
+    the final chunk. Word timings and marks ride on the chunk whose entry carried them (or
+    with the caption that carried them), and are dropped with it on resume. Use as
+    ``async with``: leaving early cancels the request.
     """
 
     def __init__(
@@ -385,9 +394,10 @@ class Stream:
         raise error_from_wire(event.error or NO_DETAIL)  # the worker's error, whole
 
     def _chunk(self, event: OutputEvent, seq: int, *, final: bool) -> StreamChunk:
+        held = self._captions
         captions = tuple(
             Caption(c.text, max(0, c.start), max(0, c.end), max(0, c.pts_ms), max(0, c.sentence))
-            for c in self._captions
+            for c in held
         )
         self._captions = []
         return StreamChunk(
@@ -400,6 +410,8 @@ class Stream:
             client_ts_ms=event.client_ts_ms or self._client_ts_ms,
             final=final,
             captions=captions,
+            words=(*(w for c in held for w in c.words), *event.words),
+            marks=(*(m for c in held for m in c.marks), *event.marks),
         )
 
 

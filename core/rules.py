@@ -81,6 +81,8 @@ class EngineCapabilities:
     voices: tuple[VoiceInfo, ...]
     seed_voices: bool = False
     """Any ``seed:N`` (0 <= N <= MAX_SEED) is a voice too."""
+    word_timings: bool = False
+    """The engine reports when each word starts (word timings; else sentence timings)."""
     voice_ids: frozenset[str] = field(init=False, repr=False, compare=False)
     """The voices' ids (computed once: every request looks its voice up here)."""
 
@@ -95,6 +97,7 @@ class EngineCapabilities:
                 "min_speed": self.min_speed,
                 "max_speed": self.max_speed,
                 "seed_voices": self.seed_voices,
+                "word_timings": self.word_timings,
                 "voices": [[v.id, v.name, list(v.languages), v.gender] for v in self.voices],
             },
             separators=(",", ":"),
@@ -110,6 +113,8 @@ class EngineCapabilities:
             min_speed=float(data["min_speed"]),
             max_speed=float(data["max_speed"]),
             seed_voices=bool(data["seed_voices"]),
+            # Absent from what workers published before word timings: none.
+            word_timings=bool(data.get("word_timings", False)),
             voices=tuple(
                 VoiceInfo(str(i), str(n), tuple(str(x) for x in langs), str(g))
                 for i, n, langs, g in data["voices"]

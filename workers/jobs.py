@@ -51,9 +51,16 @@ from voicelane.core.ledger import (
 )
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import ServiceSettings
-from voicelane.core.speech_text import PreparedText, SpokenSegment, TextOptions, prepare_text
+from voicelane.core.speech_text import (
+    PreparedText,
+    SpokenSegment,
+    TextOptions,
+    Voicing,
+    prepare_text,
+)
 from voicelane.core.storage import Storage
-from voicelane.core.text import Segment, contains_cjk
+from voicelane.core.text import contains_cjk
+from voicelane.core.text_map import identity
 from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.callbacks import callback_client, post_callback
@@ -134,7 +141,7 @@ def chunks_of(segments: Sequence[SpokenSegment], settings: ServiceSettings) -> l
     audio_s = 0.0
     chars = 0
     for segment in segments:
-        seconds = estimate_audio_s(segment.text)
+        seconds = estimate_audio_s(segment.text) + (segment.pause_after_ms or 0) / 1000
         if current and (
             audio_s + seconds > settings.chunk_target_audio_s
             or chars + len(segment.text) > settings.chunk_max_chars
@@ -153,9 +160,44 @@ def chunks_of(segments: Sequence[SpokenSegment], settings: ServiceSettings) -> l
             start=group[0].start,
             end=group[-1].end,
             last=i == len(groups) - 1,
+            pauses_ms=(
+                tuple(s.pause_after_ms for s in group)
+                if any(s.pause_after_ms is not None for s in group)
+                else ()
+            ),
+            voicings=(
+                tuple(None if s.voicing.plain else _voicing_tuple(s.voicing) for s in group)
+                if any(not s.voicing.plain for s in group)
+                else ()
+            ),
+            after_break=i > 0 and groups[i - 1][-1].pause_after_ms is not None,
         )
         for i, group in enumerate(groups)
     ]
+
+
+def _voicing_tuple(voicing: Voicing) -> tuple[str | None, float, float, float]:
+    return (voicing.voice, voicing.rate, voicing.volume_db, voicing.pitch_semitones)
+
+
+def segments_of(plan: ChunkPlan) -> list[SpokenSegment]:
+    """A chunk's segments again, for the renderer: texts, paragraph ends, SSML breaks and
+    voicings (no word maps or marks: jobs do not time words yet)."""
+    out = []
+    for i, (text, ends) in enumerate(zip(plan.texts, plan.paragraph_ends, strict=True)):
+        raw = plan.voicings[i] if plan.voicings else None
+        out.append(
+            SpokenSegment(
+                text=text,
+                start=plan.start,
+                end=plan.end,
+                paragraph_end=ends,
+                mapping=identity(text),
+                pause_after_ms=plan.pauses_ms[i] if plan.pauses_ms else None,
+                voicing=Voicing() if raw is None else Voicing(*raw),
+            )
+        )
+    return out
 
 
 def plan_job(ctx: JobContext, job_id: str) -> int:
@@ -320,10 +362,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
     from voicelane.workers.render import speech_at_rate
 
     assert ctx.batcher is not None
-    segments = [
-        Segment(text=text, start=plan.start, end=plan.end, paragraph_end=ends)
-        for text, ends in zip(plan.texts, plan.paragraph_ends, strict=True)
-    ]
+    segments = segments_of(plan)
     deadline_s = ctx.batcher.clock() + ctx.settings.render_time_limit_s
     pieces = [
         pcm
@@ -335,6 +374,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
             sample_rate_hz=job.options.sample_rate_hz,
             pause_s=ctx.settings.paragraph_pause_s,
             pause_after_last=not plan.last,
+            after_break=plan.after_break,
             priority=Priority.BATCH,
             deadline_s=deadline_s,
             group=job.tenant,

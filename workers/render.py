@@ -8,6 +8,22 @@ scheduler thread synthesises ahead while this thread resamples and encodes the s
 already done, so synthesis and encoding overlap on two cores and memory stays flat however
 long the text is. The output is written to a temporary file beside the target and renamed
 into place only when complete: a failed or interrupted render leaves no partial file.
+
+What SSML asks of the audio (the segments' fields, :class:`SpokenSegment`) is done here, for
+the embedded renderer and the batch lane alike (:func:`speech_at_rate`):
+
+* ``pause_after_ms`` (``break``): exactly that much silence between the segment's last word
+  and the next one's first: the engine's own trailing silence before it and the next
+  segment's leading silence are cut (:func:`voicelane.common.audio.silence_edges`, whole 5 ms
+  frames below -45 dBFS), then the break's silence goes in. It replaces the paragraph pause
+  there; a break after the last segment is kept too (the user asked for that silence).
+* ``voicing``: its voice is the utterance's; its rate multiplies the request's speed (within
+  the engine's range); its pitch goes to the engine as ``("pitch_semitones", x)`` where the
+  engine's text profile says it renders pitch (else it is ignored); ``volume_db`` is a gain
+  on the segment's audio (:func:`voicelane.common.audio.apply_gain_db`).
+* Word timings (:mod:`voicelane.core.word_timings`) and ``marks``, in the clock of the audio
+  as delivered: resampled, with every pause, break and trimmed edge counted
+  (:class:`Timeline`).
 """
 
 from __future__ import annotations
@@ -18,9 +34,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -28,16 +43,31 @@ from voicelane.common.atomic import atomic_output
 from voicelane.common.audio import (
     AudioFormat,
     StreamResampler,
+    apply_gain_db,
     open_writer,
     silence,
+    silence_edges,
     validate_sample_rate,
 )
 from voicelane.common.errors import DeadlineExceededError
 from voicelane.core.settings import EmbeddedSettings
-from voicelane.core.speech_text import PreparedText, TextOptions, prepare_text
+from voicelane.core.speech_text import PreparedText, SpokenSegment, TextOptions, prepare_text
 from voicelane.core.text_profiles import profile_for
+from voicelane.core.word_timings import (
+    MarkTiming,
+    WordTiming,
+    mark_times_ms,
+    segment_word_timings,
+)
 from voicelane.workers.batching import Batcher, Priority
-from voicelane.workers.engines import Engine, PcmF32, Utterance, create_engine
+from voicelane.workers.engines import (
+    Engine,
+    PcmF32,
+    TimedAudio,
+    Utterance,
+    WordEvent,
+    create_engine,
+)
 
 Progress = Callable[[int, int, float], None]
 """Called after each segment: (segments done, segments total, audio seconds so far)."""
@@ -54,6 +84,11 @@ class RenderResult:
     characters: int
     warnings: list[dict[str, object]]
     """What of the text is not spoken as written (``TextWarning`` as JSON)."""
+    words: list[WordTiming] = field(default_factory=list)
+    """Each word of the input and when it is heard (sentence timings on an engine that does
+    not know its words)."""
+    marks: list[MarkTiming] = field(default_factory=list)
+    """SSML marks and when they are reached."""
 
     @property
     def speed_x(self) -> float:
@@ -61,19 +96,24 @@ class RenderResult:
         return self.duration_s / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
 
-class Speakable(Protocol):
-    """What the renderer needs of a segment (``voicelane.core.speech_text.SpokenSegment``
-    has it)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def paragraph_end(self) -> bool: ...
+def utterance_of(engine: Engine, segment: SpokenSegment, *, voice: str, speed: float) -> Utterance:
+    """The engine's utterance for a prepared segment: its SSML voice over the request's, its
+    rate times the request's speed (within the engine's range), its pitch where the engine
+    renders pitch (``TextProfile.pitch``)."""
+    voicing = segment.voicing
+    if voicing.plain:
+        return Utterance(segment.text, voice, speed)
+    caps = engine.capabilities()
+    rate = min(caps.max_speed, max(caps.min_speed, speed * voicing.rate))
+    params: tuple[tuple[str, float | int | str], ...] = ()
+    if voicing.pitch_semitones and profile_for(engine.name).pitch:
+        params = (("pitch_semitones", float(voicing.pitch_semitones)),)
+    return Utterance(segment.text, voicing.voice or voice, round(rate, 4), params=params)
 
 
 def synthesize_segments(
     batcher: Batcher,
-    segments: Sequence[Speakable],
+    segments: Sequence[SpokenSegment],
     *,
     voice: str,
     speed: float = 1.0,
@@ -81,16 +121,18 @@ def synthesize_segments(
     priority: Priority = Priority.BATCH,
     deadline_s: float | None = None,
     group: str = "",
-) -> Iterator[PcmF32]:
-    """Each segment's audio at the engine's rate, in order, at most ``window`` in flight.
+) -> Iterator[TimedAudio]:
+    """Each segment's audio at the engine's rate, with its word events, in order, at most
+    ``window`` in flight.
 
     ``deadline_s`` (on the batcher's clock) is handed to the batcher with every segment and
     also bounds how long this waits for each result; ``group`` (the tenant) keeps the
     batcher fair between tenants.
     """
-    pending: deque[Future[PcmF32]] = deque()
+    pending: deque[Future[TimedAudio]] = deque()
+    engine = batcher.engine
 
-    def result(future: Future[PcmF32]) -> PcmF32:
+    def result(future: Future[TimedAudio]) -> TimedAudio:
         timeout_s = None if deadline_s is None else max(0.0, deadline_s - batcher.clock())
         try:
             return future.result(timeout_s)
@@ -99,9 +141,11 @@ def synthesize_segments(
 
     try:
         for segment in segments:
-            utterance = Utterance(segment.text, voice, speed)
+            utterance = utterance_of(engine, segment, voice=voice, speed=speed)
             pending.append(
-                batcher.submit(utterance, priority=priority, deadline_s=deadline_s, group=group)
+                batcher.submit_timed(
+                    utterance, priority=priority, deadline_s=deadline_s, group=group
+                )
             )
             if len(pending) >= window:
                 yield result(pending.popleft())
@@ -112,27 +156,90 @@ def synthesize_segments(
             future.cancel()
 
 
+@dataclass
+class Timeline:
+    """Word timings and marks of a render, in the delivered audio's clock, filled in by
+    :func:`speech_at_rate` as it goes."""
+
+    source: str
+    """The original input (the timings' spans slice it)."""
+    words: list[WordTiming] = field(default_factory=list)
+    marks: list[MarkTiming] = field(default_factory=list)
+    end_ms: int = 0
+    """The end of the audio, once rendered."""
+
+    def add(
+        self,
+        segment: SpokenSegment,
+        words: Sequence[WordEvent],
+        *,
+        rate_hz: int,
+        start_ms: float,
+        voiced_ms: float,
+    ) -> None:
+        self.words += segment_word_timings(
+            segment, words, rate_hz=rate_hz, start_ms=start_ms, voiced_ms=voiced_ms,
+            source=self.source,
+        )  # fmt: skip
+        if segment.marks:
+            self.marks += mark_times_ms(
+                segment.marks, words, rate_hz=rate_hz, start_ms=start_ms, voiced_ms=voiced_ms
+            )
+
+
+class _OutputClock:
+    """Where the next engine sample lands in the delivered audio: output samples up to the
+    last flush of the resampler (or silence), plus engine samples fed since, at their rate.
+    Exact: the resampler has no delay and a flush ends its output at ``ceil(n * out / in)``
+    (``voicelane.common.audio.pcm``)."""
+
+    def __init__(self, in_hz: int, out_hz: int) -> None:
+        self.in_hz = in_hz
+        self.out_hz = out_hz
+        self.out_samples = 0
+        self.fed_since = 0
+
+    def now_ms(self) -> float:
+        return (self.out_samples / self.out_hz + self.fed_since / self.in_hz) * 1000.0
+
+    def fed(self, engine_samples: int) -> None:
+        self.fed_since += engine_samples
+
+    def settled(self, out_samples_since: int) -> None:
+        """The resampler was flushed (or nothing was pending) and ``out_samples_since``
+        output samples went out since the last settling (including any silence)."""
+        self.out_samples += out_samples_since
+        self.fed_since = 0
+
+
 def speech_at_rate(
     batcher: Batcher,
-    segments: Sequence[Speakable],
+    segments: Sequence[SpokenSegment],
     *,
     voice: str,
     speed: float,
     sample_rate_hz: int,
     pause_s: float,
     pause_after_last: bool = False,
+    after_break: bool = False,
     window: int = 256,
     priority: Priority = Priority.BATCH,
     deadline_s: float | None = None,
     group: str = "",
+    timeline: Timeline | None = None,
 ) -> Iterator[tuple[int, PcmF32]]:
-    """PCM at ``sample_rate_hz`` with ``pause_s`` of silence after each paragraph.
+    """PCM at ``sample_rate_hz`` with ``pause_s`` of silence after each paragraph and each
+    SSML break's exact silence (module docstring).
 
-    Yields ``(segments done, pcm)`` pieces in order. No pause follows the last segment unless
-    ``pause_after_last`` (a chunk in the middle of a job ending on a paragraph).
+    Yields ``(segments done, pcm)`` pieces in order. No paragraph pause follows the last
+    segment unless ``pause_after_last`` (a chunk in the middle of a job ending on a
+    paragraph); a break does. ``after_break``: a break came just before the first segment
+    (the previous chunk of a job ended on one), so its leading silence is cut. ``timeline``
+    collects word timings and marks.
     """
-    resampler = StreamResampler(batcher.engine.sample_rate_hz, sample_rate_hz)
-    pause = silence(pause_s, sample_rate_hz)
+    engine_hz = batcher.engine.sample_rate_hz
+    resampler = StreamResampler(engine_hz, sample_rate_hz)
+    clock = _OutputClock(engine_hz, sample_rate_hz)
     produced = synthesize_segments(
         batcher,
         segments,
@@ -144,11 +251,49 @@ def speech_at_rate(
         group=group,
     )
     last = len(segments) - 1
-    for index, (segment, pcm) in enumerate(zip(segments, produced, strict=True)):
-        yield index + 1, resampler.process(pcm)
-        if segment.paragraph_end and (index < last or pause_after_last):
-            yield index + 1, np.concatenate([resampler.flush(), pause])
-    yield len(segments), resampler.flush()
+    pending_out = 0  # output samples since the clock last settled
+    for index, (segment, timed) in enumerate(zip(segments, produced, strict=True)):
+        pcm, words = timed.pcm, timed.words
+        gap_ms = segment.pause_after_ms
+        lead, tail = silence_edges(pcm, engine_hz)
+        cut_lead = lead if after_break else 0
+        cut_tail = tail if gap_ms is not None and lead < len(pcm) else 0
+        if cut_lead or cut_tail:
+            pcm = pcm[cut_lead : len(pcm) - cut_tail]
+        if cut_lead:
+            words = tuple(replace(w, sample=max(0, w.sample - cut_lead)) for w in words)
+        if segment.voicing.volume_db:
+            pcm = apply_gain_db(pcm, segment.voicing.volume_db)
+        if timeline is not None:
+            voiced = max(0, len(pcm) - (tail - cut_tail)) if lead < len(timed.pcm) else 0
+            timeline.add(
+                segment,
+                words,
+                rate_hz=engine_hz,
+                start_ms=clock.now_ms(),
+                voiced_ms=voiced * 1000.0 / engine_hz,
+            )
+        out = resampler.process(pcm)
+        clock.fed(len(pcm))
+        pending_out += len(out)
+        yield index + 1, out
+        more = index < last or pause_after_last
+        gap = None
+        if gap_ms is not None:
+            gap = silence(gap_ms / 1000, sample_rate_hz)
+        elif segment.paragraph_end and more:
+            gap = silence(pause_s, sample_rate_hz)
+        if gap is not None:
+            flushed = resampler.flush()
+            clock.settled(pending_out + len(flushed) + len(gap))
+            pending_out = 0
+            yield index + 1, np.concatenate([flushed, gap])
+        after_break = gap_ms is not None
+    final = resampler.flush()
+    clock.settled(pending_out + len(final))
+    if timeline is not None:
+        timeline.end_ms = round(clock.now_ms())
+    yield len(segments), final
 
 
 class EmbeddedRenderer:
@@ -184,6 +329,17 @@ class EmbeddedRenderer:
         """Raise the permanent error a render with these options would hit, before any work."""
         self.engine.validate(Utterance("check", voice, speed))
 
+    def check_segments(self, prepared: PreparedText, *, voice: str, speed: float) -> None:
+        """Raise the permanent error a segment would hit (an SSML voice the engine does not
+        have), before any work."""
+        seen: set[tuple[str | None, float]] = set()
+        for segment in prepared.segments:
+            key = (segment.voicing.voice, segment.voicing.rate)
+            if key not in seen:
+                seen.add(key)
+                utterance = utterance_of(self.engine, segment, voice=voice, speed=speed)
+                self.engine.validate(replace(utterance, text="check"))
+
     def render(
         self,
         text: str,
@@ -204,7 +360,9 @@ class EmbeddedRenderer:
         self.check(voice=voice, speed=speed)
         prepared = self.prepare(text, text_options)
         prepared.check_speakable()
+        self.check_segments(prepared, voice=voice, speed=speed)
         segments = prepared.segments
+        timeline = Timeline(text)
         target = Path(output)
         with atomic_output(target) as part:
             writer = open_writer(part, fmt, rate_hz, bitrate_bps=settings.opus_bitrate_bps)
@@ -217,6 +375,7 @@ class EmbeddedRenderer:
                     sample_rate_hz=rate_hz,
                     pause_s=settings.paragraph_pause_s,
                     window=settings.render_window,
+                    timeline=timeline,
                 )
                 reported = 0
                 for done, pcm in pieces:
@@ -227,6 +386,9 @@ class EmbeddedRenderer:
             finally:
                 writer.close()
             duration_s = writer.duration_s
+        marks = timeline.marks + [
+            MarkTiming(name, timeline.end_ms) for name in prepared.trailing_marks
+        ]
         return RenderResult(
             path=target,
             format=fmt,
@@ -236,4 +398,6 @@ class EmbeddedRenderer:
             segments=len(segments),
             characters=len(text),
             warnings=prepared.warnings_json(),
+            words=timeline.words,
+            marks=marks,
         )

@@ -46,7 +46,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
@@ -57,6 +57,7 @@ from voicelane.api.deps import State, Tenant
 from voicelane.api.failures import websocket_reply
 from voicelane.api.llm import ChatTurn
 from voicelane.api.streams import Stream, StreamAsk, StreamChunk
+from voicelane.api.ws_messages import audio_message, end_message
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import (
     DeadlineExceededError,
@@ -184,9 +185,7 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
                 if chunk.data or not chunk.final:
                     await _send_chunk(socket, chunk)
                 if chunk.final:
-                    await socket.send_json(
-                        {"type": "end", "seq": chunk.seq, "pts_ms": chunk.pts_ms}
-                    )
+                    await socket.send_json(end_message(chunk))
         await socket.close(1000)
     except WebSocketDisconnect:
         log.info("websocket client left stream %s", stream.request_id if stream else "-")
@@ -224,7 +223,7 @@ async def _serve_chat(
                 stats = {"request_id": event.summary.request_id, **event.summary.fields()}
                 await socket.send_json({"type": "stats", **stats})
     if final is not None:
-        await socket.send_json({"type": "end", "seq": final.seq, "pts_ms": final.pts_ms})
+        await socket.send_json(end_message(final))
     await socket.close(1000)
 
 
@@ -239,25 +238,8 @@ async def _first_message(socket: WebSocket) -> str:
     return str(text)
 
 
-def _chunk_header(chunk: StreamChunk) -> dict[str, Any]:
-    return {
-        "type": "audio",
-        "seq": chunk.seq,
-        "pts_ms": chunk.pts_ms,
-        "packets": len(chunk.data),
-        "sample_rate_hz": chunk.sample_rate_hz,
-        "server_ts_ms": chunk.server_ts_ms,
-        "client_ts_ms": chunk.client_ts_ms,
-        "captions": [
-            {"text": c.text, "start": c.start, "end": c.end, "pts_ms": c.pts_ms,
-             "sentence": c.sentence}
-            for c in chunk.captions
-        ],
-    }  # fmt: skip
-
-
 async def _send_chunk(socket: WebSocket, chunk: StreamChunk) -> None:
-    await socket.send_json(_chunk_header(chunk))
+    await socket.send_json(audio_message(chunk))
     for packet in chunk.data:
         await socket.send_bytes(packet)
 

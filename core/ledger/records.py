@@ -39,12 +39,26 @@ class ChunkPlan:
     end: int
     last: bool
     """The job's last chunk: no pause after its final segment."""
+    pauses_ms: tuple[int | None, ...] = ()
+    """Per segment, an SSML break's exact silence after it (None: the usual pauses); empty
+    when no segment of the chunk has one."""
+    voicings: tuple[tuple[str | None, float, float, float] | None, ...] = ()
+    """Per segment, SSML's ``(voice, rate, volume_db, pitch_semitones)`` (None: plain);
+    empty when every segment of the chunk is plain."""
+    after_break: bool = False
+    """The previous chunk ended on an SSML break: this chunk's leading silence is cut."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+        data = asdict(self)
+        for name in ("pauses_ms", "voicings", "after_break"):
+            if not data[name]:
+                del data[name]  # plans without SSML stay as they were
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> ChunkPlan:
+        """The inverse of :meth:`to_json`; plans stored before SSML (no ``pauses_ms``,
+        ``voicings``, ``after_break``) read as plain."""
         data = json.loads(raw)
         return cls(
             texts=tuple(data["texts"]),
@@ -52,6 +66,12 @@ class ChunkPlan:
             start=data["start"],
             end=data["end"],
             last=data["last"],
+            pauses_ms=tuple(None if p is None else int(p) for p in data.get("pauses_ms", ())),
+            voicings=tuple(
+                None if v is None else (v[0], float(v[1]), float(v[2]), float(v[3]))
+                for v in data.get("voicings", ())
+            ),
+            after_break=bool(data.get("after_break", False)),
         )
 
 

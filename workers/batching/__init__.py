@@ -2,7 +2,7 @@
 :mod:`voicelane.workers.batching.batcher` for its rules and its parts."""
 
 from voicelane.workers.batching.batcher import Batcher
-from voicelane.workers.batching.items import AudioStream, Priority
+from voicelane.workers.batching.items import AudioStream, Priority, StreamEvent, StreamWords
 from voicelane.workers.batching.lifecycle import ReloadReport
 from voicelane.workers.batching.metrics import BatcherStats, WaitStats
 
@@ -12,5 +12,7 @@ __all__ = [
     "BatcherStats",
     "Priority",
     "ReloadReport",
+    "StreamEvent",
+    "StreamWords",
     "WaitStats",
 ]

@@ -2,7 +2,9 @@
 
 One scheduler thread owns the engine: it loads it, runs every batch on it and unloads it.
 Callers on any thread submit utterances and get back a :class:`~concurrent.futures.Future`
-(whole utterance) or an :class:`AudioStream` (chunks as the engine produces them).
+(whole utterance: :meth:`Batcher.submit` its PCM, :meth:`Batcher.submit_timed` a
+:class:`~voicelane.workers.engines.base.TimedAudio`, the PCM with the engine's word events)
+or an :class:`AudioStream` (chunks as the engine produces them, word events among them).
 
 Rules (DESIGN.md, "The dynamic batcher"; ``docs/batcher.md``):
 
@@ -47,6 +49,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 from voicelane.common.errors import ShuttingDownError
 from voicelane.core.settings import BatcherSettings
@@ -57,7 +60,7 @@ from voicelane.workers.batching.metrics import BatcherStats, BatchMetrics
 from voicelane.workers.batching.static import StaticLoop
 from voicelane.workers.batching.stepping import StepLoop
 from voicelane.workers.batching.work_queue import WorkQueue
-from voicelane.workers.engines.base import Engine, PcmF32, Utterance
+from voicelane.workers.engines.base import Engine, PcmF32, TimedAudio, Utterance
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +139,21 @@ class Batcher:
         """Queue a whole-utterance render. ``deadline_s`` is absolute, on :attr:`clock`;
         ``group`` (the tenant) makes the batch class fair between groups."""
         future: Future[PcmF32] = Future()
-        item = self._make_item(utterance, priority, deadline_s, group)
-        item.future = future
-        future.add_done_callback(self._on_future_done)
-        self._queue.put(item)
+        self._put_future(utterance, future, priority, deadline_s, group, timed=False)
+        return future
+
+    def submit_timed(
+        self,
+        utterance: Utterance,
+        *,
+        priority: Priority = Priority.BATCH,
+        deadline_s: float | None = None,
+        group: str = "",
+    ) -> Future[TimedAudio]:
+        """:meth:`submit`, answered with the PCM and the engine's word events (none from an
+        engine that does not know them: ``Engine.word_timings``)."""
+        future: Future[TimedAudio] = Future()
+        self._put_future(utterance, future, priority, deadline_s, group, timed=True)
         return future
 
     def submit_stream(
@@ -149,7 +163,8 @@ class Batcher:
         priority: Priority = Priority.REALTIME,
         deadline_s: float | None = None,
     ) -> AudioStream:
-        """Queue a streamed render: chunks arrive on the returned stream as they are made."""
+        """Queue a streamed render: chunks arrive on the returned stream as they are made
+        (and the engine's word events, :meth:`AudioStream.read_event`)."""
         item = self._make_item(utterance, priority, deadline_s, "")
         item.stream = AudioStream(on_cancel=self._queue.note_cancel)
         self._queue.put(item)
@@ -198,7 +213,23 @@ class Batcher:
             group=group,
         )
 
-    def _on_future_done(self, future: Future[PcmF32]) -> None:
+    def _put_future(
+        self,
+        utterance: Utterance,
+        future: Future[Any],
+        priority: Priority,
+        deadline_s: float | None,
+        group: str,
+        *,
+        timed: bool,
+    ) -> None:
+        item = self._make_item(utterance, priority, deadline_s, group)
+        item.future = future
+        item.timed = timed
+        future.add_done_callback(self._on_future_done)
+        self._queue.put(item)
+
+    def _on_future_done(self, future: Future[Any]) -> None:
         if future.cancelled():
             self._queue.note_cancel()
 

@@ -1,5 +1,7 @@
 """What the batcher queues: one utterance to render (:class:`Item`), for a future (whole
-utterance) or an :class:`AudioStream` (chunks as the engine makes them), in a priority class.
+utterance: its PCM, or a :class:`~voicelane.workers.engines.base.TimedAudio` with its word
+events) or an :class:`AudioStream` (chunks as the engine makes them, and its words), in a
+priority class.
 
 Everything about one item's lifecycle is here — start, deliver, complete, fail, end when it
 is gone, reset for a retry — so that the static loop and the step loop treat an item the
@@ -11,14 +13,16 @@ from __future__ import annotations
 import enum
 import queue
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from voicelane.common.errors import CancelledError, DeadlineExceededError
-from voicelane.workers.engines.base import PcmF32, Utterance
+from voicelane.workers.engines.base import PcmF32, TimedAudio, Utterance, WordEvent
 
 _EMPTY = np.zeros(0, dtype=np.float32)
 
@@ -28,12 +32,30 @@ class Priority(enum.StrEnum):
     BATCH = "batch"
 
 
+@dataclass(frozen=True, slots=True)
+class StreamWords:
+    """Word events of a streamed utterance (read with :meth:`AudioStream.read_event`): the
+    words that start in the audio delivered with or before the next chunk. Sample positions
+    count from the start of the utterance (not of a chunk)."""
+
+    words: tuple[WordEvent, ...]
+
+
+StreamEvent = PcmF32 | StreamWords
+"""What :meth:`AudioStream.read_event` returns: a chunk of audio, or word events."""
+
+
 class AudioStream:
     """The chunks of one streamed utterance, in order, as the engine produces them.
 
     Iterate it, or call :meth:`read`. It ends (``read`` returns None, iteration stops) when
     the utterance is complete or after :meth:`cancel`; an engine failure is raised from
     ``read``.
+
+    Word events (engines that know them: ``Engine.word_timings``) come in order with the
+    audio, each batch of them just before the chunk they belong with. :meth:`read` and
+    iteration return chunks only and collect the words on the way in :attr:`words`; a reader
+    that wants them as they come calls :meth:`read_event` / :meth:`read_event_nowait`.
     """
 
     _END: object = object()
@@ -44,6 +66,8 @@ class AudioStream:
         self._cancelled = threading.Event()
         self._finished = False
         self._listener: Callable[[], None] | None = None
+        self.words: list[WordEvent] = []
+        """Every word event read so far (by any of the read methods)."""
 
     def listen(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (on the batcher's thread; keep it short) whenever something new
@@ -65,6 +89,26 @@ class AudioStream:
 
     def read(self, timeout_s: float | None = None) -> PcmF32 | None:
         """The next chunk, or None at the end. Raises TimeoutError after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                event = self.read_event(left)
+            except TimeoutError:
+                raise TimeoutError(f"no audio within {timeout_s} s") from None
+            if not isinstance(event, StreamWords):
+                return event
+
+    def read_nowait(self) -> PcmF32 | None:
+        """The next chunk, or None at the end; BlockingIOError when none is ready yet."""
+        while True:
+            event = self.read_event_nowait()
+            if not isinstance(event, StreamWords):
+                return event
+
+    def read_event(self, timeout_s: float | None = None) -> StreamEvent | None:
+        """The next chunk or word events, or None at the end. Raises TimeoutError after
+        ``timeout_s``."""
         if self._finished:
             return None
         try:
@@ -73,8 +117,9 @@ class AudioStream:
             raise TimeoutError(f"no audio within {timeout_s} s") from None
         return self._take(entry)
 
-    def read_nowait(self) -> PcmF32 | None:
-        """The next chunk, or None at the end; BlockingIOError when none is ready yet."""
+    def read_event_nowait(self) -> StreamEvent | None:
+        """The next chunk or word events, or None at the end; BlockingIOError when nothing
+        is ready yet."""
         if self._finished:
             return None
         try:
@@ -83,13 +128,16 @@ class AudioStream:
             raise BlockingIOError("no audio ready") from None
         return self._take(entry)
 
-    def _take(self, entry: object) -> PcmF32 | None:
+    def _take(self, entry: object) -> StreamEvent | None:
         if entry is self._END:
             self._finished = True
             return None
         if isinstance(entry, BaseException):
             self._finished = True
             raise entry
+        if isinstance(entry, StreamWords):
+            self.words.extend(entry.words)
+            return entry
         assert isinstance(entry, np.ndarray)
         return entry
 
@@ -98,9 +146,9 @@ class AudioStream:
             yield chunk
 
     # -- the scheduler's side, through Item only --
-    def _put(self, chunk: PcmF32) -> None:
+    def _put(self, entry: PcmF32 | StreamWords) -> None:
         if not self._cancelled.is_set():
-            self._offer(chunk)
+            self._offer(entry)
 
     def _end(self, error: BaseException | None = None) -> None:
         self._offer(error if error is not None else self._END)
@@ -126,9 +174,12 @@ class Item:
     deadline_s: float | None
     group: str = ""
     """Who the item is for (the tenant): batch-class heads go round the groups."""
-    future: Future[PcmF32] | None = None
+    future: Future[Any] | None = None
+    """Answered with the PCM, or with a :class:`TimedAudio` when :attr:`timed`."""
+    timed: bool = False
     stream: AudioStream | None = None
     chunks: list[PcmF32] = field(default_factory=list)
+    words: list[WordEvent] = field(default_factory=list)
     delivered: bool = False
     """True once any audio went out to a stream (it can no longer be rendered again)."""
     samples: int = 0
@@ -177,7 +228,16 @@ class Item:
         else:
             self.fail(DeadlineExceededError("deadline passed while rendering"))
 
-    def deliver(self, chunk: PcmF32) -> None:
+    def deliver(self, chunk: PcmF32, words: tuple[WordEvent, ...] = ()) -> None:
+        """The next piece of the utterance's audio, and the word events that came with it
+        (samples from the utterance's start): a stream gets the words first, then the
+        chunk."""
+        if words:
+            if self.stream is not None:
+                self.stream._put(StreamWords(words))
+                self.delivered = True
+            else:
+                self.words.extend(words)
         if chunk.size == 0:
             return
         self.samples += chunk.size
@@ -192,11 +252,13 @@ class Item:
             self.stream._end()
         elif self.future is not None and not self.future.done():
             audio = np.concatenate(self.chunks) if self.chunks else _EMPTY.copy()
-            self.future.set_result(audio.astype(np.float32, copy=False))
+            pcm = audio.astype(np.float32, copy=False)
+            self.future.set_result(TimedAudio(pcm, tuple(self.words)) if self.timed else pcm)
 
     def reset(self) -> None:
         """Forget the audio made so far, to render the item again from its start (after an
         out-of-memory or a preemption; only for an item that :attr:`delivered` nothing)."""
         assert not self.delivered, "an item that streamed audio cannot be rendered again"
         self.chunks.clear()
+        self.words.clear()
         self.samples = 0

@@ -1,8 +1,9 @@
 """Static batches: the scheduler loop for engines that render a batch in one call (espeak).
 
 The queue decides when a batch is due and what is in it (:meth:`WorkQueue.next_batch`);
-this loop runs it: whole (``Engine.synthesize``) or streamed (``Engine.synthesize_stream``,
-chunks delivered as each step of the batch comes), checks the engine returned one output per
+this loop runs it: whole (``Engine.synthesize_timed``) or streamed
+(``Engine.synthesize_stream_timed``, chunks delivered as each step of the batch comes), with
+the word events the engine reports, checks the engine returned one output per
 input, and applies the failure policy of :mod:`voicelane.workers.batching.backoff`.
 """
 
@@ -23,7 +24,7 @@ from voicelane.workers.batching.items import Item
 from voicelane.workers.batching.lifecycle import reload_engine
 from voicelane.workers.batching.metrics import BatchMetrics
 from voicelane.workers.batching.work_queue import Boundary, WorkQueue
-from voicelane.workers.engines.base import Engine, PcmF32
+from voicelane.workers.engines.base import Engine, TimedAudio
 
 log = logging.getLogger(__name__)
 
@@ -90,28 +91,28 @@ class StaticLoop:
         finally:
             self._metrics.busy(self._clock() - started_at)
 
-    def _check_count(self, outputs: list[PcmF32], expected: int) -> None:
+    def _check_count(self, outputs: list[TimedAudio], expected: int) -> None:
         if len(outputs) != expected:
             raise EngineOutputMismatchError(
                 f"engine {self._engine.name} returned {len(outputs)} outputs for {expected} inputs"
             )
 
     def _run_whole(self, batch: list[Item]) -> None:
-        outputs = self._engine.synthesize([item.utterance for item in batch])
+        outputs = self._engine.synthesize_timed([item.utterance for item in batch])
         self._check_count(outputs, len(batch))
-        for item, audio in zip(batch, outputs, strict=True):
-            item.deliver(np.asarray(audio, dtype=np.float32))
+        for item, timed in zip(batch, outputs, strict=True):
+            item.deliver(np.asarray(timed.pcm, dtype=np.float32), timed.words)
             item.complete()
 
     def _run_streamed(self, batch: list[Item]) -> None:
-        steps = self._engine.synthesize_stream([item.utterance for item in batch])
+        steps = self._engine.synthesize_stream_timed([item.utterance for item in batch])
         live = list(batch)
         try:
             for step in steps:
                 self._check_count(step, len(batch))
-                for item, chunk in zip(batch, step, strict=True):
+                for item, timed in zip(batch, step, strict=True):
                     if item in live:
-                        item.deliver(np.asarray(chunk, dtype=np.float32))
+                        item.deliver(np.asarray(timed.pcm, dtype=np.float32), timed.words)
                 now = self._clock()
                 live = [item for item in live if not item.gone(now)]
                 if not live:

@@ -304,7 +304,7 @@ class StepLoop:
             log.warning("engine %s sent audio for row %d, not running", self._engine.name,
                         event.handle)  # fmt: skip
             return
-        item.deliver(np.asarray(event.audio, dtype=np.float32))
+        item.deliver(np.asarray(event.audio, dtype=np.float32), event.words)
         if event.finished:
             del self._rows[event.handle]  # the session already released it
             item.complete()

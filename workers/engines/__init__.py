@@ -8,7 +8,7 @@ from __future__ import annotations
 from voicelane.common.errors import ConfigError, InvalidInputError
 from voicelane.core.settings import ChatTTSSettings
 
-from .base import Engine, PcmF32, Utterance, VoiceInfo
+from .base import Engine, PcmF32, TimedAudio, Utterance, VoiceInfo, WordEvent
 
 ENGINE_NAMES = ("espeak", "chattts")
 
@@ -47,4 +47,13 @@ def create_engine(
     raise InvalidInputError(f"unknown engine {name!r} (available: {', '.join(ENGINE_NAMES)})")
 
 
-__all__ = ["ENGINE_NAMES", "Engine", "PcmF32", "Utterance", "VoiceInfo", "create_engine"]
+__all__ = [
+    "ENGINE_NAMES",
+    "Engine",
+    "PcmF32",
+    "TimedAudio",
+    "Utterance",
+    "VoiceInfo",
+    "WordEvent",
+    "create_engine",
+]

@@ -33,6 +33,7 @@ __all__ = [
     "PcmF32",
     "StepEvent",
     "StepSession",
+    "TimedAudio",
     "Utterance",
     "VoiceInfo",
     "WordEvent",
@@ -66,6 +67,16 @@ class WordEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class TimedAudio:
+    """One utterance's audio with the engine's word events (none where the engine does not
+    know its word times: :attr:`Engine.word_timings`)."""
+
+    pcm: PcmF32
+    words: tuple[WordEvent, ...] = ()
+    """Sample positions count from the start of the utterance's audio."""
+
+
+@dataclass(frozen=True, slots=True)
 class StepEvent:
     """What one step produced for one row of a :class:`StepSession`."""
 
@@ -76,6 +87,9 @@ class StepEvent:
     finished: bool
     """The row ended (its end-of-utterance or its budget): no more events for it, and its
     memory is released."""
+    words: tuple[WordEvent, ...] = ()
+    """Word events this step completed (samples from the row's start); none from an engine
+    that does not know its word times."""
 
 
 class StepSession(ABC):
@@ -138,6 +152,9 @@ class Engine(ABC):
     steps: bool = False
     """The engine runs a batch step by step and rows can join and leave between steps
     (:meth:`open_steps`): the batcher schedules it per step (continuous batching)."""
+    word_timings: bool = False
+    """The engine reports where each word starts (:meth:`synthesize_timed` gives
+    :class:`WordEvent`s); published in its capabilities."""
 
     def load(self) -> None:  # noqa: B027 - optional hook
         """Load the model. Called once, on the thread that will run it."""
@@ -167,6 +184,7 @@ class Engine(ABC):
                 max_speed=self.max_speed,
                 voices=tuple(self.voices()),
                 seed_voices=self.seed_voices,
+                word_timings=self.word_timings,
             )
             self.__dict__["_capabilities"] = cached
         return cached
@@ -200,3 +218,22 @@ class Engine(ABC):
         for index, utterance in enumerate(batch):
             (audio,) = self.synthesize([utterance])
             yield [audio if i == index else empty for i in range(len(batch))]
+
+    def synthesize_timed(self, batch: Sequence[Utterance]) -> list[TimedAudio]:
+        """:meth:`synthesize` with each utterance's word events; the default knows none.
+        The batcher calls this (and :meth:`synthesize_stream_timed`): an engine that knows
+        its words overrides both."""
+        return [TimedAudio(pcm) for pcm in self.synthesize(batch)]
+
+    def synthesize_stream_timed(self, batch: Sequence[Utterance]) -> Iterator[list[TimedAudio]]:
+        """:meth:`synthesize_stream` with the word events that each step's audio completes
+        (sample positions from the start of the utterance, not of the step's chunk); the
+        default knows none."""
+        steps = self.synthesize_stream(batch)
+        try:
+            for step in steps:
+                yield [TimedAudio(chunk) for chunk in step]
+        finally:
+            close = getattr(steps, "close", None)
+            if close is not None:  # stopped early: the engine's stream stops too
+                close()

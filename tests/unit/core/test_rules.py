@@ -3,6 +3,7 @@ engines' own validation agreeing with what the fronts check."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -161,6 +162,17 @@ def test_capabilities_survive_their_json() -> None:
     for bad in ("", "[]", "{}", '{"engine": "x"}'):
         with pytest.raises((ValueError, KeyError, TypeError)):
             EngineCapabilities.from_json(bad)
+
+
+def test_word_timings_travel_with_the_capabilities() -> None:
+    timed = EngineCapabilities("timed", 22050, 0.5, 2.0, (VoiceInfo("auto"),), word_timings=True)
+    assert EngineCapabilities.from_json(timed.to_json()).word_timings is True
+    assert EngineCapabilities.from_json(CAPS.to_json()).word_timings is False
+    # What a worker published before word timings existed reads as "none".
+    old = json.loads(timed.to_json())
+    del old["word_timings"]
+    assert EngineCapabilities.from_json(json.dumps(old)).word_timings is False
+    assert EspeakEngine().capabilities().word_timings is True
 
 
 def test_the_espeak_engine_refuses_exactly_what_the_rules_refuse() -> None:

@@ -27,17 +27,21 @@ from voicelane.common.audio.opus import (
     encode_failures_total,
 )
 from voicelane.common.audio.pcm import (
+    SILENCE_THRESHOLD,
     PcmF32,
     PcmI16,
     StreamResampler,
+    apply_gain_db,
     float_to_int16,
     int16_to_float,
     resample,
     resampled_length,
     silence,
+    silence_edges,
 )
 
 __all__ = [
+    "SILENCE_THRESHOLD",
     "CODEC_DELAY_MS",
     "DEFAULT_COMPLEXITY",
     "FRAME_DURATION_MS",
@@ -50,6 +54,7 @@ __all__ = [
     "PcmF32",
     "PcmI16",
     "StreamResampler",
+    "apply_gain_db",
     "codec_delay_samples",
     "decode_to_pcm",
     "encode_failures_total",
@@ -62,5 +67,6 @@ __all__ = [
     "resample",
     "resampled_length",
     "silence",
+    "silence_edges",
     "validate_sample_rate",
 ]

@@ -1,4 +1,4 @@
-"""Mono PCM helpers: sample format conversion, resampling, silence.
+"""Mono PCM helpers: sample format conversion, resampling, silence, gain.
 
 All PCM in voicelane is mono and 1-D. Float PCM (:data:`PcmF32`) is nominally in [-1, 1];
 int16 PCM (:data:`PcmI16`) is full scale at +/-32767.
@@ -94,6 +94,44 @@ def silence(duration_s: float, sample_rate_hz: int) -> PcmF32:
     if not math.isfinite(duration_s) or duration_s < 0:
         raise InvalidInputError(f"duration_s must be a finite number >= 0, got {duration_s}")
     return np.zeros(round(duration_s * sample_rate_hz), dtype=np.float32)
+
+
+SILENCE_THRESHOLD = 10 ** (-45 / 20)
+"""Amplitude below which audio counts as silence at its edges (-45 dBFS)."""
+_EDGE_FRAME_S = 0.005
+
+
+def silence_edges(
+    pcm: PcmF32, sample_rate_hz: int, *, threshold: float = SILENCE_THRESHOLD
+) -> tuple[int, int]:
+    """Samples of silence ``(leading, trailing)`` at the edges of ``pcm``, in whole 5 ms
+    frames: the leading silence ends at the start of the frame holding the first sample at or
+    above ``threshold``, the trailing one starts at the end of the frame holding the last (so
+    at most 5 ms of silence stays next to the sound). All silent: ``(len(pcm), 0)``.
+
+    What cuts an engine's own pauses at an SSML break, so that the break's silence is exact.
+    """
+    _check_rate(sample_rate_hz, "sample_rate_hz")
+    arr = as_pcm_f32(pcm)
+    frame = max(1, round(sample_rate_hz * _EDGE_FRAME_S))
+    loud = np.flatnonzero(np.abs(arr) >= threshold)
+    if len(loud) == 0:
+        return len(arr), 0
+    lead = (int(loud[0]) // frame) * frame
+    end = min(len(arr), -(-(int(loud[-1]) + 1) // frame) * frame)
+    return lead, len(arr) - end
+
+
+def apply_gain_db(pcm: PcmF32, gain_db: float) -> PcmF32:
+    """``pcm`` louder or softer by ``gain_db`` (a new array, clipped to [-1, 1]); -96 dB and
+    below: silence. SSML ``prosody volume``."""
+    if not math.isfinite(gain_db):
+        raise InvalidInputError(f"gain_db must be a finite number, got {gain_db}")
+    arr = as_pcm_f32(pcm)
+    if gain_db <= -96:
+        return np.zeros_like(arr)
+    out = arr * np.float32(10 ** (gain_db / 20))
+    return np.clip(out, -1.0, 1.0, out=out)
 
 
 def resampled_length(n_samples: int, src_hz: int, dst_hz: int) -> int:

@@ -52,8 +52,30 @@ class Caption(_message.Message):
     sentence: int
     def __init__(self, text: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., pts_ms: _Optional[int] = ..., sentence: _Optional[int] = ...) -> None: ...
 
+class Word(_message.Message):
+    __slots__ = ("text", "char_start", "char_end", "start_ms", "end_ms")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CHAR_START_FIELD_NUMBER: _ClassVar[int]
+    CHAR_END_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    char_start: int
+    char_end: int
+    start_ms: int
+    end_ms: int
+    def __init__(self, text: _Optional[str] = ..., char_start: _Optional[int] = ..., char_end: _Optional[int] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ...) -> None: ...
+
+class MarkReached(_message.Message):
+    __slots__ = ("name", "time_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    time_ms: int
+    def __init__(self, name: _Optional[str] = ..., time_ms: _Optional[int] = ...) -> None: ...
+
 class AudioChunk(_message.Message):
-    __slots__ = ("request_id", "seq", "opus_packets", "pts_ms", "sample_rate_hz", "server_ts_ms", "client_ts_ms", "final", "captions")
+    __slots__ = ("request_id", "seq", "opus_packets", "pts_ms", "sample_rate_hz", "server_ts_ms", "client_ts_ms", "final", "captions", "words", "marks")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     OPUS_PACKETS_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +85,8 @@ class AudioChunk(_message.Message):
     CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     CAPTIONS_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     seq: int
     opus_packets: _containers.RepeatedScalarFieldContainer[bytes]
@@ -72,7 +96,9 @@ class AudioChunk(_message.Message):
     client_ts_ms: int
     final: bool
     captions: _containers.RepeatedCompositeFieldContainer[Caption]
-    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., opus_packets: _Optional[_Iterable[bytes]] = ..., pts_ms: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., server_ts_ms: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., final: _Optional[bool] = ..., captions: _Optional[_Iterable[_Union[Caption, _Mapping]]] = ...) -> None: ...
+    words: _containers.RepeatedCompositeFieldContainer[Word]
+    marks: _containers.RepeatedCompositeFieldContainer[MarkReached]
+    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., opus_packets: _Optional[_Iterable[bytes]] = ..., pts_ms: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., server_ts_ms: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., final: _Optional[bool] = ..., captions: _Optional[_Iterable[_Union[Caption, _Mapping]]] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[MarkReached, _Mapping]]] = ...) -> None: ...
 
 class ConverseStart(_message.Message):
     __slots__ = ("voice", "sample_rate_hz", "speed", "client_ts_ms", "normalize", "lexicons")

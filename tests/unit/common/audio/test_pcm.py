@@ -13,11 +13,13 @@ from voicelane.common.audio.pcm import (
     PcmF32,
     StreamResampler,
     _filter_for,
+    apply_gain_db,
     float_to_int16,
     int16_to_float,
     resample,
     resampled_length,
     silence,
+    silence_edges,
 )
 from voicelane.common.errors import InvalidInputError
 
@@ -271,3 +273,31 @@ def test_stream_resampler_identity() -> None:
     x = _sine(300, 16000, 0.01)
     assert np.array_equal(r.process(x), x)
     assert len(r.flush()) == 0
+
+
+# ---- silence edges and gain (SSML breaks and prosody volume) ---------------------------------
+
+
+def test_silence_edges_are_whole_5ms_frames_around_the_sound() -> None:
+    rate = 1000  # 5 samples per frame
+    pcm = np.zeros(100, dtype=np.float32)
+    pcm[23:61] = 0.5
+    lead, trail = silence_edges(pcm, rate)
+    assert (lead, trail) == (20, 100 - 65)
+    # Below -45 dBFS counts as silence; at it, as sound.
+    quiet = np.full(50, 10 ** (-46 / 20), dtype=np.float32)
+    assert silence_edges(quiet, rate) == (50, 0)
+    assert silence_edges(np.zeros(0, dtype=np.float32), rate) == (0, 0)
+    loud = np.full(50, 0.2, dtype=np.float32)
+    assert silence_edges(loud, rate) == (0, 0)
+
+
+def test_gain_in_decibels_scales_and_clips() -> None:
+    pcm = np.array([0.1, -0.2, 0.6], dtype=np.float32)
+    louder = apply_gain_db(pcm, 20 * np.log10(2))
+    np.testing.assert_allclose(louder, [0.2, -0.4, 1.0], rtol=1e-5)
+    np.testing.assert_allclose(apply_gain_db(pcm, -6.0206), pcm / 2, rtol=1e-4)
+    assert not apply_gain_db(pcm, -120).any()
+    np.testing.assert_array_equal(pcm, np.array([0.1, -0.2, 0.6], dtype=np.float32))  # untouched
+    with pytest.raises(InvalidInputError, match="gain_db"):
+        apply_gain_db(pcm, float("nan"))

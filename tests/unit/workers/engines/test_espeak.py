@@ -9,7 +9,7 @@ from voicelane.common.errors import InvalidInputError, UnknownVoiceError
 from voicelane.core.rules import DEFAULT_VOICE as AUTO_VOICE
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Utterance, create_engine
-from voicelane.workers.engines.espeak import EspeakEngine
+from voicelane.workers.engines.espeak import EspeakEngine, pitch_value
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +100,93 @@ def test_through_the_batcher_whole_and_streamed(engine: EspeakEngine) -> None:
         streamed = np.concatenate(list(stream))
     assert len(whole) > 0.5 * engine.sample_rate_hz
     assert len(streamed) > 0.5 * engine.sample_rate_hz
+
+
+# ---- word events, pitch, phonemes ------------------------------------------------------------
+
+
+def test_word_events_slice_the_words_of_the_text_in_order(engine: EspeakEngine) -> None:
+    text = "Hello, world. I paid three point five million dollars; naïve café."
+    (timed,) = engine.synthesize_timed([Utterance(text, "en-us")])
+    assert engine.word_timings and engine.capabilities().word_timings
+    spoken = [text[w.char_start : w.char_end] for w in timed.words]
+    assert spoken == [
+        "Hello", "world", "I", "paid", "three", "point", "five", "million", "dollars",
+        "naïve", "café",
+    ]  # fmt: skip
+    samples = [w.sample for w in timed.words]
+    assert samples == sorted(samples) and len(set(samples)) == len(samples)
+    assert samples[0] < 0.05 * engine.sample_rate_hz and samples[-1] < len(timed.pcm)
+    # A whole clause (and its comma pause) lies between "Hello" and "world".
+    assert samples[1] > 0.3 * engine.sample_rate_hz
+    (plain,) = engine.synthesize([Utterance(text, "en-us")])
+    assert len(plain) == pytest.approx(len(timed.pcm), rel=0.01)  # the same speech
+
+
+def test_word_events_of_mandarin_cover_whole_words(engine: EspeakEngine) -> None:
+    text = "第一句话是中文，你好。"
+    (timed,) = engine.synthesize_timed([Utterance(text, "cmn")])
+    spoken = [text[w.char_start : w.char_end] for w in timed.words]
+    # espeak reads 第一句 as one word of its dictionary (its event says one character long).
+    assert spoken[0] == "第一句"
+    assert "".join(spoken) == "第一句话是中文你好"
+
+
+def test_word_events_come_through_the_batcher(engine: EspeakEngine) -> None:
+    with Batcher(engine) as batcher:
+        timed = batcher.submit_timed(Utterance("One two three.", "en-us")).result(10)
+        stream = batcher.submit_stream(Utterance("Four five.", "en-us"))
+        chunks = list(stream)
+    assert [(w.char_start, w.char_end) for w in timed.words] == [(0, 3), (4, 7), (8, 13)]
+    assert [(w.char_start, w.char_end) for w in stream.words] == [(0, 4), (5, 9)]
+    assert sum(len(c) for c in chunks) > stream.words[-1].sample
+
+
+def test_pitch_semitones_map_onto_espeaks_pitch_table() -> None:
+    assert pitch_value(0) == 50
+    assert pitch_value(12) == 100 and pitch_value(-12) == 0
+    assert pitch_value(6) == 75 and pitch_value(-6) == 25
+    assert pitch_value(40) == 100 and pitch_value(-40) == 0
+
+
+def _median_f0_hz(pcm: np.ndarray, rate_hz: int) -> float:
+    """The median fundamental of the voiced 40 ms frames (autocorrelation peak, 60-500 Hz)."""
+    frame = int(0.04 * rate_hz)
+    found = []
+    for start in range(0, len(pcm) - frame, frame):
+        x = pcm[start : start + frame].astype(np.float64)
+        if np.sqrt(np.mean(x**2)) < 0.05:
+            continue
+        x = x - x.mean()
+        corr = np.correlate(x, x, "full")[frame - 1 :]
+        low, high = rate_hz // 500, rate_hz // 60
+        lag = low + int(np.argmax(corr[low:high]))
+        if corr[lag] > 0.3 * corr[0]:
+            found.append(rate_hz / lag)
+    assert len(found) > 5, "too few voiced frames"
+    return float(np.median(found))
+
+
+def test_pitch_param_raises_and_lowers_the_voice(engine: EspeakEngine) -> None:
+    text = "A long vowel sound, aaaah, and another one, ooooh, spoken slowly."
+
+    def f0(semitones: float) -> float:
+        params = (("pitch_semitones", semitones),) if semitones else ()
+        (pcm,) = engine.synthesize([Utterance(text, "en-us", params=params)])
+        return _median_f0_hz(pcm, engine.sample_rate_hz)
+
+    normal, up, down = f0(0), f0(7), f0(-7)
+    # 7 semitones: x1.5 up, x0.67 down (espeak shifts the base pitch; the contour rides on it).
+    assert 1.3 < up / normal < 1.7, (normal, up)
+    assert 0.55 < down / normal < 0.8, (normal, down)
+
+
+def test_phoneme_mnemonics_in_double_brackets_are_spoken_as_phonemes(
+    engine: EspeakEngine,
+) -> None:
+    (phonemes,) = engine.synthesize_timed([Utterance("Say [[h@l'oU]] now.", "en-us")])
+    (word,) = engine.synthesize_timed([Utterance("Say hello now.", "en-us")])
+    # Read as phonemes: three words, about as long as "hello"; spelled out, the brackets'
+    # letters would be six more words ("h", "at", "l", ...).
+    assert len(phonemes.words) == 3
+    assert abs(len(phonemes.pcm) - len(word.pcm)) < 0.25 * len(word.pcm)
