@@ -504,9 +504,10 @@ class StreamGateway:
         caps = await self.capabilities()
         # Refused now what the worker could not speak: nothing left for this engine, SSML
         # that cannot be read, a voice it does not have.
-        prepare_text(text, profile=profile_for(caps.engine), options=text_options).check(
-            caps, field=text_field
+        prepared = prepare_text(
+            text, profile=profile_for(caps.engine), options=text_options, field=text_field
         )
+        prepared.check(caps, field=text_field)
         request = await self._request(
             tenant, ask, Mode.SYNTHESIZE, time_remaining_s, text_options=text_options
         )

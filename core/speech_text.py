@@ -216,20 +216,23 @@ def prepare_text(
     profile: TextProfile,
     options: TextOptions = TextOptions(),
     max_segment_chars: int = DEFAULT_MAX_SEGMENT_CHARS,
+    field: str = "text",
 ) -> PreparedText:
     """``text`` (checked input: :func:`voicelane.core.rules.check_speech_text`) as the
     engine of ``profile`` will be given it (see the module docstring). Raises
-    :class:`~voicelane.common.errors.InvalidInputError` for SSML that cannot be read."""
+    :class:`~voicelane.common.errors.InvalidInputError` naming ``field`` (the request's own
+    name for its text) for SSML that cannot be read."""
     collector = _Collector(profile, options, max_segment_chars, len(text))
     is_ssml = options.ssml if options.ssml is not None else looks_like_ssml(text)
     if is_ssml:
-        blocks, notes = ssml_blocks(text)
+        blocks, notes = ssml_blocks(text, field=field)
         for note in notes:
             collector.warn(TextWarning(note.code, note.message, note.position))
     else:
         blocks = [Block([Run(identity(text))], paragraph_end=True)]
     for block in blocks:
         collector.block(block)
+    collector.end()
     return PreparedText(
         segments=tuple(collector.segments),
         warnings=tuple(collector.warnings),
@@ -281,8 +284,8 @@ class _Collector:
             read = self._read(run)
             if not read.text:
                 continue
-            if length and not parts[-1].text[-1:].isspace() and not read.text[:1].isspace():
-                # Runs that would touch (two <s> elements, a tag between words): a space.
+            if length and parts[-1].text[-1:].isalnum() and read.text[:1].isalnum():
+                # Words of two runs that would touch (two <s> elements, a tag between words).
                 at = read.pieces[0].src_start if read.pieces else 0
                 parts.append(replacement(" ", at, at, self.source_length))
                 length += 1
@@ -325,6 +328,18 @@ class _Collector:
             self._pause(block.pause_after_ms)
         elif block.paragraph_end and self.segments and not added:
             self.segments[-1] = replace(self.segments[-1], paragraph_end=True)
+
+    def end(self) -> None:
+        """Marks after the last word of the whole text are trailing marks (at the end of
+        the audio), wherever their block ended."""
+        if not self.segments:
+            return
+        last = self.segments[-1]
+        after = [name for name, at in last.marks if at >= len(last.text)]
+        if after:
+            inside = tuple(m for m in last.marks if m[1] < len(last.text))
+            self.segments[-1] = replace(last, marks=inside)
+            self.pending_marks = after + self.pending_marks
 
     def _report_dropped(self, mapped: Mapped, pieces: list[Segment]) -> None:
         """Sentences segmentation leaves out have no letter or digit: punctuation, or

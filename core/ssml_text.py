@@ -16,9 +16,10 @@ from voicelane.core.text_map import Mapped
 __all__ = ["ssml_blocks"]
 
 
-def ssml_blocks(source: str) -> tuple[list[Block], tuple[SsmlWarning, ...]]:
-    """The blocks of the SSML document ``source`` and what was ignored in it."""
-    document = read_ssml(source)
+def ssml_blocks(source: str, *, field: str = "text") -> tuple[list[Block], tuple[SsmlWarning, ...]]:
+    """The blocks of the SSML document ``source`` and what was ignored in it (errors name
+    ``field``)."""
+    document = read_ssml(source, field=field)
     blocks: list[Block] = []
     current = Block()
     empty = Mapped("", (), len(source))

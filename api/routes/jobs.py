@@ -241,6 +241,7 @@ def _check_text(
         profile=profile_for(caps.engine),
         options=options,
         max_segment_chars=settings.max_segment_chars,
+        field=field,
     )
     prepared.check(caps, field=field)
 

@@ -8,6 +8,7 @@ import dataclasses
 import itertools
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -15,7 +16,6 @@ import pytest
 import redis
 
 from tests.support.engines import RecordingEngine
-from tests.support.ssml_standin import PreparedAs, with_first
 from tests.support.stack import wait_for
 from voicelane.common.audio import OpusStreamDecoder
 from voicelane.core.lane.front import RealtimeClient
@@ -32,7 +32,7 @@ from voicelane.core.lane.messages import (
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.settings import RealtimeSettings
-from voicelane.core.speech_text import SpokenSegment, TextOptions, Voicing
+from voicelane.core.speech_text import PreparedText, TextOptions, prepare_text
 from voicelane.core.word_timings import WordTiming
 from voicelane.workers import realtime
 from voicelane.workers.batching import Batcher
@@ -450,20 +450,19 @@ def test_words_slice_the_request_and_start_with_their_sound(
     assert [w.text for w in first_audio[1].words] == ["Then", "we", "left", "for", "home"]
 
 
-BREAK_TEXT = "Hello there. Goodbye now."
+def break_document(pause_ms: int) -> str:
+    return f'<speak>Hello there. <break time="{pause_ms}ms"/> Goodbye now.</speak>'
 
 
 @pytest.mark.parametrize("pause_ms", [150, 900])
 def test_a_break_is_exactly_its_silence_in_the_decoded_stream(
     redis_url: str,
     espeak_consumer: RealtimeConsumer,
-    monkeypatch: pytest.MonkeyPatch,
     pause_ms: int,
 ) -> None:
     """espeak's own pause between the sentences is ~310 ms: replaced, not added to."""
-    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(with_first(pause_after_ms=pause_ms)))
     req = request_with(TextOptions(ssml=True))
-    submit(redis_url, req, BREAK_TEXT)
+    submit(redis_url, req, break_document(pause_ms))
     got = events(redis_url, req.request_id)
     pcm = decoded(got)
     gap_ms = quiet_runs_ms(pcm)[0]
@@ -473,11 +472,10 @@ def test_a_break_is_exactly_its_silence_in_the_decoded_stream(
 
 
 def test_a_break_in_a_live_stream_is_real_audio_time(
-    redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, espeak_consumer: RealtimeConsumer
 ) -> None:
-    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(with_first(pause_after_ms=2000)))
     req = dataclasses.replace(request(), text_options=TextOptions(ssml=True))  # paced
-    submit(redis_url, req, BREAK_TEXT)
+    submit(redis_url, req, break_document(2000))
     got = events(redis_url, req.request_id)
     audio = audio_of(got)
     assert [e.seq for e in audio] == list(range(len(audio)))
@@ -493,19 +491,13 @@ def segment_rms(pcm: PcmF32, start_ms: float, end_ms: float) -> float:
 
 
 def test_voicing_changes_the_segments_voice_rate_and_volume(
-    redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, espeak_consumer: RealtimeConsumer
 ) -> None:
-    text = "One more time. One more time. One more time."
-    other_voice = Voicing(voice="en-gb", pitch_semitones=6)
-
-    def change(segs: tuple[SpokenSegment, ...]) -> tuple[SpokenSegment, ...]:
-        return (
-            segs[0],
-            dataclasses.replace(segs[1], voicing=Voicing(rate=2.0, volume_db=-12.0)),
-            dataclasses.replace(segs[2], voicing=other_voice),
-        )
-
-    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(change))
+    text = (
+        "<speak>One more time. "
+        '<prosody rate="200%" volume="-12dB">One more time.</prosody> '
+        '<voice name="en-gb"><prosody pitch="+6st">One more time.</prosody></voice></speak>'
+    )
     req = request_with(TextOptions(ssml=True))
     submit(redis_url, req, text)
     got = events(redis_url, req.request_id)
@@ -526,16 +518,12 @@ def test_voicing_changes_the_segments_voice_rate_and_volume(
     assert (other[1] - other[0]) / 1000 == pytest.approx(len(own) / engine.sample_rate_hz, abs=0.03)
 
 
-def test_marks_arrive_with_their_times(
-    redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def change(segs: tuple[SpokenSegment, ...]) -> tuple[SpokenSegment, ...]:
-        there = segs[0].text.index("there")
-        return (dataclasses.replace(segs[0], marks=(("before-there", there),)), *segs[1:])
-
-    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(change, trailing_marks=("end",)))
+def test_marks_arrive_with_their_times(redis_url: str, espeak_consumer: RealtimeConsumer) -> None:
+    document = (
+        '<speak>Hello <mark name="before-there"/>there. Goodbye now.<mark name="end"/></speak>'
+    )
     req = request_with(TextOptions(ssml=True))
-    submit(redis_url, req, BREAK_TEXT)
+    submit(redis_url, req, document)
     got = events(redis_url, req.request_id)
     marks = [(m.name, m.time_ms) for e in got for m in e.marks]
     there = next(w for w in words_of(got) if w.text == "there")
@@ -549,7 +537,7 @@ def test_marks_arrive_with_their_times(
 def test_a_document_is_read_whole_only_by_synthesize(
     redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    prepare = PreparedAs(lambda segs: segs)
+    prepare = RecordingPrepare()
     monkeypatch.setattr(realtime, "prepare_text", prepare)
     document = "<speak>Hello there. Goodbye now.</speak>"
     req = request_with(TextOptions())  # ssml unset: the text says
@@ -570,3 +558,14 @@ def test_a_document_is_read_whole_only_by_synthesize(
     asyncio.run(send())
     assert events(redis_url, conversation.request_id)[-1].kind is EventKind.END
     assert prepare.seen and set(prepare.seen) == {False}  # plain text, sentence by sentence
+
+
+@dataclasses.dataclass
+class RecordingPrepare:
+    """``prepare_text`` itself, recording the ``ssml`` option of every call."""
+
+    seen: list[bool | None] = dataclasses.field(default_factory=list)
+
+    def __call__(self, text: str, **kwargs: Any) -> PreparedText:
+        self.seen.append(kwargs["options"].ssml)
+        return prepare_text(text, **kwargs)

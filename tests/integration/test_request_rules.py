@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ import redis
 import websockets
 
 from tests.support.stack import ACME_KEY, OTHER_KEY, Stack, wait_for
+from voicelane.api.text_options import DEFAULT_TTL_S as TEXT_OPTIONS_TTL_S
 from voicelane.client import JobsClient, RetryPolicy, SpeechClient
 from voicelane.common.error_wire import CODE_KEY, FIELD_KEY
 from voicelane.common.errors import RemoteError
@@ -426,7 +428,13 @@ def test_a_tenant_s_lexicon_and_text_options_reach_every_front_alike(stack: Stac
         assert client.put("/v1/lexicons/house", json=HOUSE).status_code in (200, 201)
         assert client.put("/v1/lexicons/house/default").status_code in (200, 204)
         try:
-            shown = client.post("/v1/text", json={"text": LEXICON_TEXT}).json()
+
+            def shown_with_alias() -> dict[str, Any] | None:
+                # A lexicon change reaches new requests within the fronts' 1 s cache.
+                view: dict[str, Any] = client.post("/v1/text", json={"text": LEXICON_TEXT}).json()
+                return view if "World Wide Web" in view["segments"][0]["text"] else None
+
+            shown = wait_for(shown_with_alias, 5, "the default lexicon to apply")
             assert "World Wide Web Consortium" in shown["segments"][0]["text"]
             assert "May sixth" in shown["segments"][0]["text"]
             plain = client.post(
@@ -434,6 +442,7 @@ def test_a_tenant_s_lexicon_and_text_options_reach_every_front_alike(stack: Stac
             ).json()
             assert plain["segments"][0]["text"] == LEXICON_TEXT
 
+            time.sleep(TEXT_OPTIONS_TTL_S)  # every front's cache has seen the new default
             job = client.post("/v1/jobs", json={"text": LEXICON_TEXT}).json()
             assert job["lexicons"] == ["house"] and job["normalize"] is True
             raw_job = client.post(

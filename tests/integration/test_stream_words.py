@@ -3,14 +3,12 @@ and ``voicelane say --server --words``.
 
 A real espeak worker (the real-time consumer on a real batcher, in-process) serves an
 in-process gRPC front and the REST app's WebSocket on a real redis-server. SSML documents are
-read by a stand-in of the reader (:mod:`tests.support.ssml_standin`), in the fronts' check at
-submission and in the worker: what is under test is what the lane carries.
+read by the real reader, in the fronts' check at submission and in the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,8 +18,6 @@ import grpc.aio
 import pytest
 from starlette.testclient import TestClient
 
-from tests.support.ssml_standin import PreparedAs, Segments
-from voicelane.api import streams
 from voicelane.api.cli import main
 from voicelane.api.grpc_front import Front, start_front, stop_front
 from voicelane.api.rest import create_app
@@ -33,7 +29,6 @@ from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.redis_server import free_port
 from voicelane.core.settings import ApiSettings, GrpcSettings, RealtimeSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
-from voicelane.workers import realtime
 from voicelane.workers.batching import Batcher
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.realtime import RealtimeConsumer
@@ -61,17 +56,8 @@ DOCUMENT = '<speak>Hello <mark name="greeting"/>there. Goodbye now.<mark name="d
 WORD_KEYS = ["text", "start_ms", "end_ms", "char_start", "char_end"]
 
 
-def marked(segments: Segments) -> Segments:
-    """What the SSML reader makes of DOCUMENT's first mark: before "there"."""
-    first = segments[0]
-    return (dataclasses.replace(first, marks=(("greeting", first.text.index("there")),)),)
-
-
 @pytest.fixture
-def worker(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RealtimeConsumer]:
-    standin = PreparedAs(lambda s: (*marked(s), *s[1:]), ("done",))
-    monkeypatch.setattr(realtime, "prepare_text", standin)
-    monkeypatch.setattr(streams, "prepare_text", standin)  # the fronts' check at submission
+def worker(redis_url: str) -> Iterator[RealtimeConsumer]:
     batcher = Batcher(EspeakEngine()).start()
     lane = RealtimeWorkerClient.from_url(redis_url, "w@words", SETTINGS)
     lane.publish_capabilities(EspeakEngine().capabilities())
