@@ -2,7 +2,8 @@
 
 :class:`BodyLimit` is ASGI middleware in front of the REST app. Each route has a limit
 (:func:`limit_for`): a job may carry ``max_upload_bytes`` (plus room for a multipart
-envelope and the other fields), OpenAI's speech route 1 MiB, anything else 64 KiB. A body
+envelope and the other fields), OpenAI's speech route 1 MiB, a lexicon (``PUT
+/v1/lexicons/{name}``) 2 MiB, anything else 64 KiB. A body
 that announces more (``Content-Length``) is refused at once with 413 without reading a byte;
 one that streams in (chunked) is counted as it arrives and refused the moment it passes the
 limit — the route sees :class:`~voicelane.common.errors.TextTooLargeError`, which the app's error
@@ -24,6 +25,9 @@ DEFAULT_LIMIT_BYTES = 64 * KIB
 """Bodies of routes that take none or a small JSON object (cancel, lookups)."""
 ENVELOPE_BYTES = 64 * KIB
 """Room for a multipart envelope and the fields beside the text of a job."""
+LEXICON_BODY_BYTES = 2 * 1024 * KIB
+"""A lexicon, JSON or W3C PLS (XML is verbose: a tenant's stored entries are bounded apart,
+:data:`voicelane.core.ledger.lexicons.MAX_TENANT_BYTES`)."""
 
 
 def route_limits(max_upload_bytes: int, speech_bytes: int) -> Callable[[str, str], int]:
@@ -32,11 +36,23 @@ def route_limits(max_upload_bytes: int, speech_bytes: int) -> Callable[[str, str
     def limit_for(method: str, path: str) -> int:
         if method == "POST" and path.rstrip("/") == "/v1/jobs":
             return max_upload_bytes + ENVELOPE_BYTES
-        if method == "POST" and path.rstrip("/") in ("/v1/audio/speech", "/v1/chat/completions"):
+        if method == "POST" and path.rstrip("/") in (
+            "/v1/audio/speech",
+            "/v1/chat/completions",
+            "/v1/text",
+        ):
             return speech_bytes
+        if method == "PUT" and _is_lexicon(path):
+            return LEXICON_BODY_BYTES
         return DEFAULT_LIMIT_BYTES
 
     return limit_for
+
+
+def _is_lexicon(path: str) -> bool:
+    """``/v1/lexicons/{name}`` (not its ``/default``)."""
+    parts = path.strip("/").split("/")
+    return len(parts) == 3 and parts[:2] == ["v1", "lexicons"]
 
 
 class BodyLimit:

@@ -9,7 +9,11 @@ with no Redis and no servers:
 * both with ``--words FILE`` (the word timings as JSON: ``[{"text", "start_ms", "end_ms",
   "char_start", "char_end"}]``, spans of the input) and ``--marks FILE`` (SSML marks:
   ``[{"name", "time_ms"}]``), each written atomically and only with the audio;
+* ``voicelane text [TEXT|-] [--engine E] [--ssml] [--lexicon FILE] [--json]``: what the
+  engine will be given (one line per segment), by the function the engines' callers use;
 * ``voicelane voices``.
+
+``render``, ``say`` and ``text`` take ``--no-normalize``, ``--ssml`` and ``--lexicon FILE``.
 
 Bad input (empty or binary text, invalid UTF-8, a missing file, an unknown voice or format,
 an output that cannot be written) exits with status 2 and one line on stderr; nothing is
@@ -19,6 +23,7 @@ left behind. Set ``VOICELANE_DEBUG=1`` to see tracebacks of unexpected errors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -31,6 +36,7 @@ from voicelane.common.errors import InvalidInputError, VoicelaneError, exit_stat
 
 if TYPE_CHECKING:
     from voicelane.core.settings import CliSettings, EmbeddedSettings
+    from voicelane.core.speech_text import TextOptions
 
 # numpy's OpenBLAS runs a matrix product on a thread per core, which then wait for each other
 # spinning. The products here are small (the resampler's, per 200 ms of audio) and the
@@ -133,9 +139,6 @@ def _api_key(args: argparse.Namespace, cli: CliSettings) -> str:
 
 
 def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> int:
-    import contextlib
-
-    from voicelane.common.atomic import atomic_output
     from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
     from voicelane.workers.render import EmbeddedRenderer
 
@@ -143,15 +146,9 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
     fmt = format_from_name(args.format) if args.format else format_from_path(output)
     rate_hz = args.sample_rate or settings.sample_rate_hz
     validate_sample_rate(fmt, rate_hz)
+    text_options = _text_options(args)
     with contextlib.ExitStack() as side_files, EmbeddedRenderer(settings) as renderer:
-        # Opened before the render (an unwritable path fails first) and kept only with the
-        # audio: a failed render leaves none of them behind.
-        words_part = (
-            side_files.enter_context(atomic_output(Path(args.words))) if args.words else None
-        )
-        marks_part = (
-            side_files.enter_context(atomic_output(Path(args.marks))) if args.marks else None
-        )
+        words_part, marks_part = _side_files(side_files, args)
         result = renderer.render(
             text,
             output,
@@ -160,6 +157,7 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
             sample_rate_hz=rate_hz,
             speed=args.speed,
             progress=_ProgressBar(sys.stderr),
+            text_options=text_options,
         )
         if words_part is not None:
             _write_json(words_part, [word.to_json() for word in result.words])
@@ -173,6 +171,18 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
     return 0
 
 
+def _side_files(
+    stack: contextlib.ExitStack[bool | None], args: argparse.Namespace
+) -> tuple[Path | None, Path | None]:
+    """The ``--words`` and ``--marks`` files, opened before the audio is made (an unwritable
+    path fails first) and kept only with the audio: a failure leaves none of them behind."""
+    from voicelane.common.atomic import atomic_output
+
+    words = stack.enter_context(atomic_output(Path(args.words))) if args.words else None
+    marks = stack.enter_context(atomic_output(Path(args.marks))) if args.marks else None
+    return words, marks
+
+
 def _write_json(path: Path, data: object) -> None:
     import json
 
@@ -182,6 +192,66 @@ def _write_json(path: Path, data: object) -> None:
         path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
     except OSError as error:
         raise OutputError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def _text_options(args: argparse.Namespace) -> TextOptions:
+    """How the text is read, from ``--no-normalize``, ``--ssml`` and ``--lexicon FILE``."""
+    from voicelane.core.lexicon import Lexicon, read_lexicon
+    from voicelane.core.speech_text import TextOptions
+
+    entries: list[Any] = []
+    names: list[str] = []
+    for path in args.lexicon or ():
+        try:
+            document = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidInputError(
+                f"{path}: {getattr(error, 'strerror', None) or error}"
+            ) from None
+        entries.extend(read_lexicon(document, source=path).entries)
+        names.append(Path(path).stem)
+    return TextOptions(
+        normalize=args.normalize,
+        ssml=True if args.ssml else None,
+        lexicon=Lexicon(tuple(entries)),
+        lexicon_names=tuple(names),
+    )
+
+
+def _cmd_text(args: argparse.Namespace, _cli: CliSettings) -> int:
+    """What the engine will be given: one line per segment (``--json``: spans and all)."""
+    import json
+
+    from voicelane.core.settings import EmbeddedSettings
+    from voicelane.core.speech_text import prepare_text
+    from voicelane.core.text_input import check_text
+    from voicelane.core.text_profiles import PROFILES
+
+    settings = EmbeddedSettings(**_given(args, engine="engine"))
+    if settings.engine not in PROFILES:
+        raise InvalidInputError(
+            f"engine {settings.engine!r} is unknown; one of {', '.join(sorted(PROFILES))}"
+        )
+    if args.text == "-":
+        text = _read_input("-", settings.max_text_chars)
+    else:
+        text = check_text(args.text, max_chars=settings.max_text_chars, source="TEXT")
+    prepared = prepare_text(
+        text,
+        profile=PROFILES[settings.engine],
+        options=_text_options(args),
+        max_segment_chars=settings.max_segment_chars,
+    )
+    prepared.check_speakable()
+    if args.json:
+        view = prepared.to_json(text, engine=settings.engine)
+        print(json.dumps(view, ensure_ascii=False, indent=2))
+    else:
+        for segment in prepared.segments:
+            print(segment.text)
+        for warning in prepared.warnings_json():
+            print(f"warning: {warning['message']}", file=sys.stderr)
+    return 0
 
 
 def _cmd_render(args: argparse.Namespace, _cli: CliSettings) -> int:
@@ -196,28 +266,37 @@ def _cmd_say(args: argparse.Namespace, cli: CliSettings) -> int:
     settings = _embedded(args)
     text = check_text(args.text, max_chars=settings.max_text_chars, source="TEXT")
     if args.server:
-        if args.words or args.marks:
-            raise InvalidInputError(
-                "--words and --marks are not available with --server yet; "
-                "render in-process (without --server) to get them"
-            )
         return _say_remote(args, _api_key(args, cli), text)
     return _render(args, settings, text)
 
 
 def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
-    """Stream through the gRPC front: first audio while the rest is still being made."""
+    """Stream through the gRPC front: first audio while the rest is still being made; the
+    word timings and marks (``--words``, ``--marks``) as the stream carried them."""
     from voicelane.client import say_to_file
 
-    result = say_to_file(
-        args.server,
-        api_key,
-        text,
-        Path(args.output),
-        voice=args.voice or "",
-        sample_rate_hz=args.sample_rate or 24000,
-        speed=args.speed,
-    )
+    if args.lexicon:
+        raise InvalidInputError(
+            "--lexicon FILE applies to renders in this process; through --server the "
+            "tenant's own lexicons apply (docs/api.md)"
+        )
+    with contextlib.ExitStack() as side_files:
+        words_part, marks_part = _side_files(side_files, args)
+        result = say_to_file(
+            args.server,
+            api_key,
+            text,
+            Path(args.output),
+            voice=args.voice or "",
+            sample_rate_hz=args.sample_rate or 24000,
+            speed=args.speed,
+            normalize=None if args.normalize else False,
+            ssml=True if args.ssml else None,
+        )
+        if words_part is not None:
+            _write_json(words_part, result.words_json())
+        if marks_part is not None:
+            _write_json(marks_part, result.marks_json())
     first_s = result.stats.time_to_first_audio_s
     first = f"; first audio after {first_s * 1000:.0f} ms" if first_s is not None else ""
     duration_s = len(result.pcm) / result.sample_rate_hz
@@ -407,6 +486,25 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--marks", metavar="FILE", help="also write the SSML marks' times as JSON (name, time_ms)"
     )
+    _add_text_options(parser)
+
+
+def _add_text_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-normalize",
+        dest="normalize",
+        action="store_false",
+        help="hand numbers, dates and symbols to the engine as written (docs/text.md)",
+    )
+    parser.add_argument(
+        "--ssml", action="store_true", help="the text is SSML (default: when it starts <speak)"
+    )
+    parser.add_argument(
+        "--lexicon",
+        action="append",
+        metavar="FILE",
+        help="a pronunciation lexicon (W3C PLS or JSON) to apply; may be repeated",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -417,6 +515,15 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("input", metavar="INPUT", help="UTF-8 text file, or - for stdin")
     _add_output_options(render)
     render.set_defaults(handler=_cmd_render)
+
+    text = commands.add_parser(
+        "text", help="print what the engine will be given for a text (nothing is spoken)"
+    )
+    text.add_argument("text", metavar="TEXT", nargs="?", default="-", help="the text, or - (stdin)")
+    text.add_argument("--engine", help="whose alphabet: espeak (default) or chattts")
+    text.add_argument("--json", action="store_true", help="segments with their spans, as JSON")
+    _add_text_options(text)
+    text.set_defaults(handler=_cmd_text)
 
     say = commands.add_parser(
         "say", help="render one piece of text to an audio file (or stream it with --server)"

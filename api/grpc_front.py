@@ -31,9 +31,11 @@ from voicelane.api.grpc_service import SERVICE_NAME, SpeechService
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
+from voicelane.api.text_options import TextOptionsResolver
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core import metrics
 from voicelane.core.lane.front import RealtimeClient
+from voicelane.core.ledger import Ledger
 from voicelane.core.rules import MIN_USEFUL_DEADLINE_S
 from voicelane.core.settings import GrpcSettings
 
@@ -51,6 +53,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MIN_CLIENT_PING_INTERVAL_MS = 5000
+LEXICON_TIMEOUT_S = 3.0
+"""Redis timeout of the lexicon reads at submission."""
 """Clients may send keepalive pings this often; more often is answered with GOAWAY."""
 
 
@@ -94,8 +98,15 @@ async def start_front(
         options=server_options(settings),
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
+    # The tenants' lexicons, read through the ledger (a short timeout: a paused Redis fails
+    # the request fast instead of holding it).
+    ledger = Ledger.from_url(settings.redis_url, socket_timeout_s=LEXICON_TIMEOUT_S)
     gateway = StreamGateway(
-        settings, lane, EngineRegistry(lane, settings.engine), min_deadline_s=min_deadline_s
+        settings,
+        lane,
+        EngineRegistry(lane, settings.engine),
+        min_deadline_s=min_deadline_s,
+        text_options=TextOptionsResolver(ledger.lexicons.resolve),
     )
     llm = LlmBridge(settings.llm)
     service = SpeechService(gateway, llm)

@@ -61,6 +61,13 @@ def stream_ask(
         client_ts_ms=message.client_ts_ms,
         request_id=request_id,
         paced=paced,
+        normalize=message.normalize if message.HasField("normalize") else True,
+        ssml=(
+            message.ssml
+            if isinstance(message, pb.SynthesizeRequest) and message.HasField("ssml")
+            else None
+        ),
+        lexicons=tuple(message.lexicons.names) if message.HasField("lexicons") else None,
     )
 
 
@@ -78,6 +85,17 @@ def audio_chunk(chunk: StreamChunk) -> pb.AudioChunk:
             pb.Caption(text=c.text, start=c.start, end=c.end, pts_ms=c.pts_ms, sentence=c.sentence)
             for c in chunk.captions
         ],
+        words=[
+            pb.Word(
+                text=w.text,
+                char_start=w.char_start,
+                char_end=w.char_end,
+                start_ms=max(0, w.start_ms),
+                end_ms=max(0, w.end_ms),
+            )
+            for w in chunk.words
+        ],
+        marks=[pb.MarkReached(name=m.name, time_ms=max(0, m.time_ms)) for m in chunk.marks],
     )
 
 

@@ -1,11 +1,11 @@
 """The REST front (FastAPI): ``create_app`` builds the app from its routers.
 
 ``voicelane api`` serves it with uvicorn. Routes live in :mod:`voicelane.api.routes` (``jobs``,
-``speech``, ``ops``), each an ``APIRouter`` whose routes take the app's state and the
-caller's tenant as dependencies (:mod:`voicelane.api.deps`). Every error is a JSON body
-``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one line of message and the
-status the error class maps to: :func:`voicelane.api.failures.http_reply`, the same mapping as
-every front's.
+``speech``, ``ops``, ``lexicons``...), each an ``APIRouter`` whose routes take the app's
+state and the caller's tenant as dependencies (:mod:`voicelane.api.deps`). Every error is a
+JSON body ``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one line of
+message and the status the error class maps to: :func:`voicelane.api.failures.http_reply`,
+the same mapping as every front's.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from voicelane.api.engines import EngineRegistry
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
-from voicelane.api.routes import callbacks, chat, jobs, ops, speech
+from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
+from voicelane.api.text_options import TextOptionsResolver
 from voicelane.common.error_wire import http_body
 from voicelane.common.errors import WireError, status_for_http
 from voicelane.core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
@@ -76,7 +77,13 @@ def create_app(
         storage=storage,
         lane=lane,
         engines=engines,
-        streams=StreamGateway(settings, lane, engines, rate=rate),
+        streams=StreamGateway(
+            settings,
+            lane,
+            engines,
+            rate=rate,
+            text_options=TextOptionsResolver(ledger.lexicons.resolve),
+        ),
         rate=rate,
         blocking_threads=CapacityLimiter(BLOCKING_THREADS),
         websockets=WebSocketGate(
@@ -106,7 +113,8 @@ def create_app(
         BodyLimit, limit_for=route_limits(settings.max_upload_bytes, MAX_SPEECH_BODY_BYTES)
     )
     _install_error_handlers(app)
-    for router in (jobs.router, speech.router, chat.router, ops.router, callbacks.router):
+    routers = (jobs.router, speech.router, chat.router, text.router, ops.router, callbacks.router)
+    for router in (*routers, lexicons.router):
         app.include_router(router)
     return app
 

@@ -39,10 +39,11 @@ import logging
 import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from voicelane.api.engines import EngineRegistry
 from voicelane.api.output_reader import OutputReader, Subscription
+from voicelane.api.text_options import TextOptionsResolver
 from voicelane.common.audio.stream import StreamEncoding, stream_sample_rates
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import (
@@ -80,6 +81,9 @@ from voicelane.core.rules import (
     check_speech_text,
 )
 from voicelane.core.settings import ServiceSettings
+from voicelane.core.speech_text import TextOptions, prepare_text
+from voicelane.core.text_profiles import profile_for
+from voicelane.core.word_timings import MarkTiming, WordTiming
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +119,11 @@ class StreamAsk:
     """Live: synthesised just ahead of playback. False: file-style, as fast as possible."""
     front: str = "grpc"
     """Which front asked (``grpc``, ``websocket``, ``openai``): a label of its metrics."""
+    normalize: bool = True
+    ssml: bool | None = None
+    """None: SSML when the text starts with ``<speak`` (:mod:`voicelane.api.text_options`)."""
+    lexicons: tuple[str, ...] | None = None
+    """The tenant's lexicons to apply; None: its default lexicon, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +151,12 @@ class StreamChunk:
     client_ts_ms: int
     final: bool
     captions: tuple[Caption, ...]
+    words: tuple[WordTiming, ...] = ()
+    """Word timings the worker sent with this chunk (spans in the request's text, times on
+    the stream's clock), in order; for espeak, a sentence's words ride with its caption."""
+    marks: tuple[MarkTiming, ...] = ()
+    """SSML marks reached, with their times; the final chunk carries those after the last
+    word."""
 
 
 # ---- admission -----------------------------------------------------------------------------
@@ -248,7 +263,9 @@ class Stream:
     ``after_seq`` drops audio with ``seq <= after_seq`` and the captions attached to it
     (resume). Audio never goes out twice or backwards, even if a worker that took over
     repeats a seq. Captions ride on the next chunk; a caption just before ``end`` rides on
-    the final chunk. Use as ``async with``: leaving early cancels the request.
+    the final chunk. Word timings and marks ride on the chunk whose entry carried them (or
+    with the caption that carried them), and are dropped with it on resume. Use as
+    ``async with``: leaving early cancels the request.
     """
 
     def __init__(
@@ -377,9 +394,10 @@ class Stream:
         raise error_from_wire(event.error or NO_DETAIL)  # the worker's error, whole
 
     def _chunk(self, event: OutputEvent, seq: int, *, final: bool) -> StreamChunk:
+        held = self._captions
         captions = tuple(
             Caption(c.text, max(0, c.start), max(0, c.end), max(0, c.pts_ms), max(0, c.sentence))
-            for c in self._captions
+            for c in held
         )
         self._captions = []
         return StreamChunk(
@@ -392,6 +410,8 @@ class Stream:
             client_ts_ms=event.client_ts_ms or self._client_ts_ms,
             final=final,
             captions=captions,
+            words=(*(w for c in held for w in c.words), *event.words),
+            marks=(*(m for c in held for m in c.marks), *event.marks),
         )
 
 
@@ -434,8 +454,11 @@ class StreamGateway:
         rate: RequestRate | None = None,
         block_ms: int = DEFAULT_BLOCK_MS,
         min_deadline_s: float = MIN_USEFUL_DEADLINE_S,
+        text_options: TextOptionsResolver | None = None,
     ) -> None:
         self.settings = settings
+        self.text_options = text_options or TextOptionsResolver(None)
+        """Resolves each request's text options (its tenant's lexicons)."""
         self.lane = lane
         self.engines = engines
         self.admission = admission or Admission(lane)
@@ -477,7 +500,16 @@ class StreamGateway:
         text = check_speech_text(
             text, max_chars=self.settings.max_stream_text_chars, field=text_field
         )
-        request = await self._request(tenant, ask, Mode.SYNTHESIZE, time_remaining_s)
+        text_options = await self._text_options(tenant, ask)
+        caps = await self.capabilities()
+        # Refused now what the worker could not speak: nothing left for this engine, SSML
+        # that cannot be read, a voice it does not have.
+        prepare_text(text, profile=profile_for(caps.engine), options=text_options).check(
+            caps, field=text_field
+        )
+        request = await self._request(
+            tenant, ask, Mode.SYNTHESIZE, time_remaining_s, text_options=text_options
+        )
         await self._submit(request, text, chosen_id=ask.request_id is not None)
         log.info(
             "stream %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g encoding=%s chars=%d",
@@ -495,7 +527,10 @@ class StreamGateway:
         client_gone: ClientGone = lambda: False,
     ) -> Conversation:
         """A stream whose text the caller sends as it arrives."""
-        request = await self._request(tenant, ask, Mode.CONVERSE, time_remaining_s)
+        text_options = replace(await self._text_options(tenant, ask), ssml=False)
+        request = await self._request(
+            tenant, ask, Mode.CONVERSE, time_remaining_s, text_options=text_options
+        )
         await self._submit(request, None, chosen_id=ask.request_id is not None)
         log.info(
             "conversation %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g",
@@ -564,8 +599,19 @@ class StreamGateway:
 
     # ---- internals ---------------------------------------------------------------------------
 
+    async def _text_options(self, tenant: str, ask: StreamAsk) -> TextOptions:
+        return await self.text_options.resolve(
+            tenant, normalize=ask.normalize, ssml=ask.ssml, lexicons=ask.lexicons
+        )
+
     async def _request(
-        self, tenant: str, ask: StreamAsk, mode: Mode, time_remaining_s: float | None
+        self,
+        tenant: str,
+        ask: StreamAsk,
+        mode: Mode,
+        time_remaining_s: float | None,
+        *,
+        text_options: TextOptions,
     ) -> StreamRequest:
         options = await self._options(ask)
         client_ts_ms = check_client_ts_ms(ask.client_ts_ms)
@@ -583,6 +629,7 @@ class StreamGateway:
             client_ts_ms=client_ts_ms,
             encoding=ask.encoding,
             paced=ask.paced,
+            text_options=text_options,
         )
 
     async def _options(self, ask: StreamAsk) -> SpeechOptions:

@@ -7,7 +7,11 @@ Three measurements on the same text in the same run (median of ``--repeat`` runs
 * **pipeline in-process** — ``EmbeddedRenderer.render`` to Ogg/Opus (batcher + engine +
   resampling + encoding + atomic write);
 * **CLI** — the ``voicelane render`` command as a user runs it (a new process: interpreter
-  start and imports included).
+  start and imports included);
+* **normalization's share** — the pipeline with text normalization off (``normalize:
+  false``) beside the default (on), interleaved in the same run, and ``prepare_text`` alone
+  with and without it: what reading numbers, dates and symbols as words costs next to
+  synthesis (issue 20: within 10%).
 
 Each row gives x real time (audio seconds per wall second) and its overhead over the engine
 alone. The Ogg file is then checked with ``opusinfo`` and decoded with PyAV; both durations
@@ -29,7 +33,9 @@ from pathlib import Path
 
 from voicelane.common.audio import AudioFormat, PcmF32, StreamResampler, open_writer, probe
 from voicelane.core.settings import EmbeddedSettings
+from voicelane.core.speech_text import TextOptions, prepare_text
 from voicelane.core.text import split_sentences
+from voicelane.core.text_profiles import ESPEAK
 from voicelane.workers.engines import Utterance
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.render import EmbeddedRenderer
@@ -94,11 +100,23 @@ def encode_alone(audio: list[PcmF32], rate_hz: int, out: Path) -> tuple[float, f
     return time.perf_counter() - started, writer.duration_s
 
 
-def pipeline(text: str, out: Path, fmt: AudioFormat = AudioFormat.OGG) -> tuple[float, float]:
+def pipeline(
+    text: str,
+    out: Path,
+    fmt: AudioFormat = AudioFormat.OGG,
+    options: TextOptions = TextOptions(),  # noqa: B008 - frozen
+) -> tuple[float, float]:
     with EmbeddedRenderer(EmbeddedSettings()) as renderer:
         started = time.perf_counter()
-        result = renderer.render(text, out, fmt=fmt)
+        result = renderer.render(text, out, fmt=fmt, text_options=options)
         return time.perf_counter() - started, result.duration_s
+
+
+def prepare_alone(text: str, *, normalize: bool) -> float:
+    """Wall seconds of ``prepare_text`` (what every lane runs before the engine)."""
+    started = time.perf_counter()
+    prepare_text(text, profile=ESPEAK, options=TextOptions(normalize=normalize))
+    return time.perf_counter() - started
 
 
 def cli(source: Path, out: Path) -> tuple[float, float]:
@@ -136,7 +154,9 @@ def main() -> None:
             "pipeline": [],
             "pipeline-wav": [],
             "cli": [],
+            "pipeline-raw": [],
         }
+        prepared: dict[bool, list[float]] = {True: [], False: []}
         for i in range(args.repeat):
             engine_s, audio_s, audio, rate_hz = engine_alone(text)
             rows["engine"].append((engine_s, audio_s))
@@ -147,6 +167,10 @@ def main() -> None:
             rows["pipeline-wav"].append(pipeline(text, wav, AudioFormat.WAV))
             wav.unlink()
             rows["cli"].append(cli(source, Path(tmp) / f"c{i}.ogg"))
+            raw = TextOptions(normalize=False)
+            rows["pipeline-raw"].append(pipeline(text, Path(tmp) / f"r{i}.ogg", options=raw))
+            for normalize in (True, False):
+                prepared[normalize].append(prepare_alone(text, normalize=normalize))
         checked = Path(tmp) / "c0.ogg"
         reported_s = rows["cli"][0][1]
         opusinfo_s = opusinfo_seconds(checked)
@@ -173,6 +197,22 @@ def main() -> None:
             f"| {label} | {wall:.3f} | {audio_s:.1f} | {audio_s / wall:.0f}x | "
             f"{'—' if name in ('engine', 'encode') else f'{overhead:+.0%}'} |"
         )
+    print()
+    on_s = statistics.median(w for w, _ in rows["pipeline"])
+    off_s = statistics.median(w for w, _ in rows["pipeline-raw"])
+    prepare_on = statistics.median(prepared[True])
+    prepare_off = statistics.median(prepared[False])
+    print("| normalization (issue 20) | wall s | share of the render |")
+    print("|---|---:|---:|")
+    print(f"| prepare_text, normalization on | {prepare_on:.4f} | {prepare_on / on_s:.1%} |")
+    print(f"| prepare_text, normalization off | {prepare_off:.4f} | {prepare_off / on_s:.1%} |")
+    print(
+        f"| normalization itself (on - off) | {prepare_on - prepare_off:.4f} | "
+        f"{(prepare_on - prepare_off) / on_s:.1%} |"
+    )
+    print(f"| pipeline, normalization off | {off_s:.3f} | — |")
+    print(f"| pipeline, normalization on (default) | {on_s:.3f} | — |")
+    print(f"\npipeline with normalization on / off: {on_s / off_s:.3f}x (target: <= 1.10x)")
     print()
     print(
         f"Ogg check: renderer reported {reported_s:.2f} s, opusinfo {opusinfo_s:.2f} s, "

@@ -45,6 +45,8 @@ def job_summary(job: Job, *, now: float | None = None) -> dict[str, Any]:
         "error": job.error,
         "warnings": list(job.warnings),
         "normalize": job.options.text_options.normalize,
+        "ssml": job.options.text_options.ssml,
+        "lexicons": list(job.options.text_options.lexicon_names),
         "callback_url": job.options.callback_url,
     }
 

@@ -4,15 +4,21 @@
 lane's planner and the real-time worker call it, and so do ``voicelane text`` and
 ``POST /v1/text`` that show its result: what they print is what the engine gets.
 
-The steps, each a rewrite with a map back to the input (:mod:`voicelane.core.text_map`);
-SSML and lexicons (issue 20, items 4 and 5) will come before them:
+The steps, each a rewrite with a map back to the input (:mod:`voicelane.core.text_map`):
 
-1. **Normalization** (on unless ``normalize=False``;
+1. **SSML** (``ssml=True``, or a text that starts with ``<speak``;
+   :mod:`voicelane.core.ssml_text`): the document becomes blocks of runs, each block with
+   its voicing and the exact pause after it; plain text is one block.
+2. **Lexicons** (the request's, resolved at submission): a word of an entry is said as its
+   alias, or as its phonemes on engines that take phonemes (espeak-ng's ``[[...]]``); other
+   engines say the alias or the word as written, with a warning.
+3. **Normalization** (on unless ``normalize=False``;
    :func:`voicelane.core.normalize.normalize_text`): numbers, money, dates, times, phone
    numbers, percentages, symbols... become words, in Chinese or English by their context.
-2. **Segmentation** (:func:`voicelane.core.text.split_sentences`) of the normalized text,
-   so a segment's engine text stays within ``max_segment_chars``.
-3. **The engine's alphabet** (:mod:`voicelane.core.text_profiles`): what the engine cannot
+   Not for SSML's verbatim runs (``say-as``, ``sub``) nor phonemes.
+4. **Segmentation** (:func:`voicelane.core.text.split_sentences`) of each block, so a
+   segment's engine text stays within ``max_segment_chars``.
+5. **The engine's alphabet** (:mod:`voicelane.core.text_profiles`): what the engine cannot
    speak is spelled (``é`` → ``e`` on ChatTTS) or removed and reported: a
    :class:`TextWarning` with the character and its position in the input.
 
@@ -26,21 +32,26 @@ A text is refused (:meth:`PreparedText.check_speakable`) when nothing of it can 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 from voicelane.common.errors import InvalidInputError
 from voicelane.core.lexicon import Lexicon
 from voicelane.core.normalize import normalize_text
+from voicelane.core.phonemes import ipa_to_espeak, xsampa_to_ipa
+from voicelane.core.rules import EngineCapabilities, check_voice
+from voicelane.core.ssml_text import ssml_blocks
 from voicelane.core.text import (
     DEFAULT_MAX_SEGMENT_CHARS,
     Segment,
     has_speakable_text,
     split_sentences,
 )
-from voicelane.core.text_map import MapBuilder, Mapped, identity
+from voicelane.core.text_blocks import PLAIN, Block, Run, Voicing
+from voicelane.core.text_map import MapBuilder, Mapped, concat, identity, replacement, sliced
 from voicelane.core.text_profiles import TextProfile
 
 __all__ = [
@@ -52,6 +63,7 @@ __all__ = [
     "TextOptions",
     "TextWarning",
     "Voicing",
+    "looks_like_ssml",
     "prepare_text",
 ]
 
@@ -60,6 +72,7 @@ MAX_WARNINGS = 100
 
 _WS_RUN = re.compile(r"[\s\u200b\u2060\ufeff]+")
 _HAS_LETTER = re.compile(r"[^\W\d_]")
+_SPEAK_START = re.compile(r"\A[\s\ufeff]*(?:<\?xml[^>]*\?>\s*)?<speak[\s>/]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,28 +139,6 @@ TEXT_OPTION_FIELDS = ("normalize", "ssml", "lexicon", "lexicon_names")
 
 
 @dataclass(frozen=True, slots=True)
-class Voicing:
-    """What SSML changes about how a segment sounds (the request's own voice and speed
-    apply where these are unset / 1.0)."""
-
-    voice: str | None = None
-    """SSML ``voice``: another voice of the same engine for this segment."""
-    rate: float = 1.0
-    """SSML ``prosody rate``: multiplies the request's speed (clamped to the engine's range)."""
-    volume_db: float = 0.0
-    """SSML ``prosody volume``: gain applied to the segment's audio."""
-    pitch_semitones: float = 0.0
-    """SSML ``prosody pitch``, on engines that render pitch (``TextProfile.pitch``)."""
-
-    @property
-    def plain(self) -> bool:
-        return self == PLAIN
-
-
-PLAIN = Voicing()
-
-
-@dataclass(frozen=True, slots=True)
 class SpokenSegment:
     """One piece for the engine: its text and where it came from."""
 
@@ -189,6 +180,24 @@ class PreparedText:
                 field=field,
             )
 
+    def check(self, caps: EngineCapabilities, *, field: str = "text") -> None:
+        """Refuse, at submission, what would fail later: nothing to speak, or an SSML
+        ``voice`` the engine does not have."""
+        self.check_speakable(field=field)
+        for voice in sorted({s.voicing.voice for s in self.segments if s.voicing.voice}):
+            check_voice(voice, caps, field=field)
+
+    def to_json(self, source: str, *, engine: str) -> dict[str, Any]:
+        """What ``voicelane text --json`` and ``POST /v1/text`` show: each segment's engine
+        text, its span in ``source`` (the input) and what SSML set for it."""
+        return {
+            "engine": engine,
+            "ssml": self.ssml,
+            "segments": [_segment_json(s, source) for s in self.segments],
+            "trailing_marks": list(self.trailing_marks),
+            "warnings": self.warnings_json(),
+        }
+
     def warnings_json(self) -> list[dict[str, Any]]:
         out = [w.to_json() for w in self.warnings]
         if self.warnings_dropped:
@@ -209,33 +218,194 @@ def prepare_text(
     max_segment_chars: int = DEFAULT_MAX_SEGMENT_CHARS,
 ) -> PreparedText:
     """``text`` (checked input: :func:`voicelane.core.rules.check_speech_text`) as the
-    engine of ``profile`` will be given it (see the module docstring)."""
-    mapped = normalize_text(text) if options.normalize else identity(text)
-    collector = _Collector(profile)
-    segments = [
-        spoken
-        for piece in split_sentences(mapped.text, max_segment_chars)
-        if (spoken := collector.segment(mapped, piece)) is not None
-    ]
+    engine of ``profile`` will be given it (see the module docstring). Raises
+    :class:`~voicelane.common.errors.InvalidInputError` for SSML that cannot be read."""
+    collector = _Collector(profile, options, max_segment_chars, len(text))
+    is_ssml = options.ssml if options.ssml is not None else looks_like_ssml(text)
+    if is_ssml:
+        blocks, notes = ssml_blocks(text)
+        for note in notes:
+            collector.warn(TextWarning(note.code, note.message, note.position))
+    else:
+        blocks = [Block([Run(identity(text))], paragraph_end=True)]
+    for block in blocks:
+        collector.block(block)
     return PreparedText(
-        segments=tuple(segments),
+        segments=tuple(collector.segments),
         warnings=tuple(collector.warnings),
         warnings_dropped=collector.dropped,
         unspeakable_chars=collector.unspeakable,
+        ssml=is_ssml,
+        trailing_marks=tuple(collector.pending_marks),
     )
+
+
+def looks_like_ssml(text: str) -> bool:
+    """The text starts (after whitespace, a byte-order mark or an XML declaration) with a
+    ``<speak`` tag."""
+    return _SPEAK_START.match(text) is not None
 
 
 @dataclass
 class _Collector:
-    """Turns the normalized text's sentences into the engine's segments, keeping count of
-    what the engine cannot speak."""
+    """Turns blocks into the engine's segments, keeping count of what the engine cannot
+    speak."""
 
     profile: TextProfile
+    options: TextOptions
+    max_segment_chars: int
+    source_length: int
+    segments: list[SpokenSegment] = field(default_factory=list)
     warnings: list[TextWarning] = field(default_factory=list)
     dropped: int = 0
     unspeakable: int = 0
+    pending_marks: list[str] = field(default_factory=list)
+    """Marks after the last segment so far (they go with the next segment's start)."""
 
-    def segment(self, mapped: Mapped, piece: Segment) -> SpokenSegment | None:
+    def warn(self, warning: TextWarning) -> None:
+        if len(self.warnings) >= MAX_WARNINGS:
+            self.dropped += 1
+        else:
+            self.warnings.append(warning)
+
+    # -- blocks
+    def block(self, block: Block) -> None:
+        """Read a block's runs, cut it into sentences, add its segments."""
+        parts: list[Mapped] = []
+        marks: list[tuple[str, int]] = []
+        length = 0
+        for run in block.runs:
+            if run.mark is not None:
+                marks.append((run.mark, length))
+                continue
+            read = self._read(run)
+            if not read.text:
+                continue
+            if length and not parts[-1].text[-1:].isspace() and not read.text[:1].isspace():
+                # Runs that would touch (two <s> elements, a tag between words): a space.
+                at = read.pieces[0].src_start if read.pieces else 0
+                parts.append(replacement(" ", at, at, self.source_length))
+                length += 1
+            parts.append(read)
+            length += len(read.text)
+        mapped = concat(parts, self.source_length)
+        added: list[SpokenSegment] = []
+        waiting = [(name, 0) for name in self.pending_marks]
+        """Marks not placed yet: (name, offset in the block's text)."""
+        waiting_in_block = list(marks)
+        pieces = split_sentences(mapped.text, self.max_segment_chars) if parts else []
+        self._report_dropped(mapped, pieces)
+        for piece in pieces:
+            spoken = self._segment(mapped, piece, block.voicing)
+            if spoken is None:
+                continue  # its marks go with the next segment
+            mine = [m for m in waiting_in_block if m[1] < piece.end]
+            waiting_in_block = [m for m in waiting_in_block if m[1] >= piece.end]
+            placed = [(name, 0) for name, _ in waiting] + [
+                (name, min(len(spoken.text), max(0, at - piece.start))) for name, at in mine
+            ]
+            waiting = []
+            if placed:
+                spoken = replace(spoken, marks=tuple(placed))
+            added.append(spoken)
+        if added:
+            last = added[-1]
+            # Marks after the block's last sentence: at its end.
+            ends = tuple((name, len(last.text)) for name, _ in waiting_in_block)
+            added[-1] = replace(
+                last,
+                marks=last.marks + ends,
+                paragraph_end=last.paragraph_end or block.paragraph_end,
+            )
+            self.pending_marks = []
+        else:
+            self.pending_marks.extend(name for name, _ in marks)
+        self.segments.extend(added)
+        if block.pause_after_ms is not None:
+            self._pause(block.pause_after_ms)
+        elif block.paragraph_end and self.segments and not added:
+            self.segments[-1] = replace(self.segments[-1], paragraph_end=True)
+
+    def _report_dropped(self, mapped: Mapped, pieces: list[Segment]) -> None:
+        """Sentences segmentation leaves out have no letter or digit: punctuation, or
+        symbols such as emoji, which are reported (never dropped in silence)."""
+        text = mapped.text
+        starts = [*(p.start for p in pieces), len(text)]
+        gaps = zip([0, *(p.end for p in pieces)], starts, strict=True)
+        for gap_start, gap_end in gaps:
+            for offset in range(gap_start, gap_end):
+                char = text[offset]
+                if unicodedata.category(char)[0] in "LNS":
+                    self._unspeakable(char, mapped.source_offset(offset))
+
+    def _pause(self, time_ms: int) -> None:
+        if not self.segments:
+            return  # a break before anything is spoken: silence before nothing
+        last = self.segments[-1]
+        self.segments[-1] = replace(last, pause_after_ms=(last.pause_after_ms or 0) + time_ms)
+
+    # -- runs
+    def _read(self, run: Run) -> Mapped:
+        """A run as the engine reads it, mapped to the input."""
+        if run.phonemes is not None:
+            return self._phonemes(run.mapped, run.phonemes)
+        if run.verbatim:
+            return self._guard(run.mapped)
+        lexicon = self.options.lexicon
+        hits = lexicon.find(run.mapped.text) if lexicon else []
+        if not hits:
+            return self._normalized(run.mapped)
+        parts: list[Mapped] = []
+        position = 0
+        for hit in hits:
+            if hit.start > position:
+                parts.append(self._normalized(sliced(run.mapped, position, hit.start)))
+            word = sliced(run.mapped, hit.start, hit.end)
+            start, end = word.source_span(0, len(word.text))
+            entry = hit.entry
+            if entry.phoneme is not None and self.profile.phonemes:
+                parts.append(self._phonemes(word, _as_ipa(entry.phoneme, entry.alphabet)))
+            elif entry.alias is not None:
+                alias = replacement(entry.alias, start, end, self.source_length)
+                parts.append(self._normalized(alias))
+            else:
+                parts.append(self._phonemes(word, _as_ipa(entry.phoneme or "", entry.alphabet)))
+            position = hit.end
+        if position < len(run.mapped.text):
+            parts.append(self._normalized(sliced(run.mapped, position, len(run.mapped.text))))
+        return concat(parts, self.source_length)
+
+    def _normalized(self, mapped: Mapped) -> Mapped:
+        if self.options.normalize:
+            mapped = mapped.then(normalize_text(mapped.text))
+        return self._guard(mapped)
+
+    def _guard(self, mapped: Mapped) -> Mapped:
+        """On an engine that reads ``[[phonemes]]``, brackets the user wrote are not phonemes:
+        they become parentheses."""
+        if not self.profile.phonemes or not ("[" in mapped.text or "]" in mapped.text):
+            return mapped
+        return mapped.then(_translated(mapped.text, _BRACKETS))
+
+    def _phonemes(self, word: Mapped, ipa: str) -> Mapped:
+        """``word`` said as ``ipa``: espeak-ng's ``[[...]]`` on an engine that takes phonemes,
+        else the word as written (with a warning)."""
+        start, end = word.source_span(0, len(word.text))
+        if self.profile.phonemes:
+            spelled = "[[" + ipa_to_espeak(ipa).replace(" ", "") + "]]"
+            return replacement(spelled, start, end, self.source_length)
+        self.warn(
+            TextWarning(
+                "phonemes-unsupported",
+                f"the {self.profile.engine} engine does not take phonemes: "
+                f"{word.text!r} at {start} is read as written",
+                start,
+            )
+        )
+        return self._normalized(word)
+
+    # -- segments
+    def _segment(self, mapped: Mapped, piece: Segment, voicing: Voicing) -> SpokenSegment | None:
         """One sentence of ``mapped.text`` for the engine; None when nothing of it is left
         that the engine can say."""
         aligned = mapped.then(_align(mapped.text, piece))
@@ -252,15 +422,16 @@ class _Collector:
         )
         if not speakable:
             return None
+        if voicing.pitch_semitones and not self.profile.pitch:
+            voicing = replace(voicing, pitch_semitones=0.0)
         start, end = aligned.source_span(0, len(aligned.text))
-        return SpokenSegment(aligned.text, start, end, piece.paragraph_end, aligned)
+        return SpokenSegment(
+            aligned.text, start, end, piece.paragraph_end, aligned, voicing=voicing
+        )
 
     def _unspeakable(self, char: str, position: int) -> None:
         self.unspeakable += 1
-        if len(self.warnings) >= MAX_WARNINGS:
-            self.dropped += 1
-            return
-        self.warnings.append(
+        self.warn(
             TextWarning(
                 "unspeakable",
                 f"{char!r} (U+{ord(char):04X}) at {position} cannot be spoken by the "
@@ -269,6 +440,49 @@ class _Collector:
                 char,
             )
         )
+
+
+def _segment_json(segment: SpokenSegment, source: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "text": segment.text,
+        "start": segment.start,
+        "end": segment.end,
+        "source": source[segment.start : segment.end],
+        "paragraph_end": segment.paragraph_end,
+    }
+    if segment.pause_after_ms is not None:
+        out["pause_after_ms"] = segment.pause_after_ms
+    voicing = segment.voicing
+    if voicing.voice is not None:
+        out["voice"] = voicing.voice
+    if voicing.rate != 1.0:
+        out["rate"] = voicing.rate
+    if voicing.volume_db:
+        out["volume_db"] = voicing.volume_db
+    if voicing.pitch_semitones:
+        out["pitch_semitones"] = voicing.pitch_semitones
+    if segment.marks:
+        out["marks"] = [{"name": name, "offset": offset} for name, offset in segment.marks]
+    return out
+
+
+def _as_ipa(phoneme: str, alphabet: str) -> str:
+    return phoneme if alphabet == "ipa" else xsampa_to_ipa(phoneme)
+
+
+_BRACKETS = {"[": "(", "]": ")"}
+
+
+def _translated(text: str, table: Mapping[str, str]) -> Mapped:
+    builder = MapBuilder(text)
+    position = 0
+    for index, char in enumerate(text):
+        if char in table:
+            builder.keep(position, index)
+            builder.replace(index, index + 1, table[char])
+            position = index + 1
+    builder.keep(position, len(text))
+    return builder.build()
 
 
 def _align(text: str, segment: Segment) -> Mapped:

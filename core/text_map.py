@@ -20,9 +20,10 @@ Build one with :class:`MapBuilder`::
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["MapBuilder", "Mapped", "Piece", "identity"]
+__all__ = ["MapBuilder", "Mapped", "Piece", "concat", "identity", "replacement", "sliced"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,3 +173,35 @@ class MapBuilder:
         self._out.append(text)
         self._out_length += len(text)
         self._pieces.append(Piece(start, self._out_length, src_start, src_end, exact))
+
+
+def replacement(text: str, src_start: int, src_end: int, source_length: int) -> Mapped:
+    """``text`` said for source ``[src_start, src_end)`` as a whole (an alias, a
+    say-as reading)."""
+    pieces = (Piece(0, len(text), src_start, src_end, False),) if text else ()
+    return Mapped(text, pieces, source_length)
+
+
+def concat(parts: Sequence[Mapped], source_length: int) -> Mapped:
+    """Rewrites of one source, one after another: their texts joined, their maps kept."""
+    texts: list[str] = []
+    pieces: list[Piece] = []
+    length = 0
+    for part in parts:
+        if not part.text:
+            continue
+        for p in part.pieces:
+            pieces.append(
+                Piece(p.out_start + length, p.out_end + length, p.src_start, p.src_end, p.exact)
+            )
+        texts.append(part.text)
+        length += len(part.text)
+    return Mapped("".join(texts), tuple(_merge(pieces)), source_length)
+
+
+def sliced(mapped: Mapped, start: int, end: int) -> Mapped:
+    """``mapped.text[start:end]`` with its map to ``mapped``'s source."""
+    builder = MapBuilder(mapped.text)
+    builder.keep(start, end)
+    inner = builder.build()
+    return mapped.then(inner)

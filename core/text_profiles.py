@@ -23,7 +23,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["CHATTTS", "ESPEAK", "TextProfile", "profile_for"]
+__all__ = ["CHATTTS", "ESPEAK", "PROFILES", "TextProfile", "profile_for"]
 
 _CHATTTS_PAUSES = ",.!?;:'\"()-，。、！？；：（）…—“”‘’《》「」『』【】"
 _SPELLED = {"ß": "ss", "æ": "ae", "Æ": "AE", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L",
@@ -103,9 +103,10 @@ CHATTTS = TextProfile(
     pitch=False,
 )
 
-_PROFILES = {p.engine: p for p in (ESPEAK, CHATTTS)}
+PROFILES = {p.engine: p for p in (ESPEAK, CHATTTS)}
+"""The engines with a profile of their own, by name."""
 
 
 def profile_for(engine: str) -> TextProfile:
     """The profile of the engine named ``engine`` (the espeak-ng one for unknown names)."""
-    return _PROFILES.get(engine, ESPEAK)
+    return PROFILES.get(engine, ESPEAK)

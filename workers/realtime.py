@@ -17,7 +17,11 @@ A session:
 1. drops the request if its deadline passed (it never reaches a batch) or the voice is
    unknown;
 2. reads its text as it arrives and cuts it into sentences (``voicelane.core.text``), sentence by
-   sentence as they complete (Converse) or all at once (Synthesize);
+   sentence as they complete (Converse) or all at once (Synthesize); a Synthesize request
+   whose text is SSML is read whole, and its segments stream like sentences: a ``break`` is
+   exactly its silence (the engine's own silence around it cut,
+   :mod:`voicelane.workers.realtime_timing`), ``prosody`` and ``voice`` change the segment's
+   utterance and gain (Converse and Chat text is always plain text);
 3. live (``paced``, the default): submits the next sentence to the batcher only while less
    than ``lookahead_s`` of audio is ahead of playback, and encodes at most
    ``encode_ahead_s`` ahead — real-time work stays just ahead of the listener. File-style
@@ -25,7 +29,9 @@ A session:
 4. resamples, encodes in the request's encoding — 20 ms Opus packets (the first goes out
    alone, then ``frames_per_chunk`` per entry), or the bytes of a file / raw PCM for a front
    that needs those — and appends to the request's output stream with contiguous ``seq`` and
-   ``pts_ms``, a caption before each sentence's audio, ``end`` last;
+   ``pts_ms``, a caption before each sentence's audio, ``end`` last; the engine's word events
+   become word timings of the request's text on the stream's clock, sent with the audio
+   (with SSML marks), as soon as the chunk they came with has gone through;
 5. stops when its client cancels (the cancel marks are polled for all sessions at once):
    a cancelled stream stops within one batch step.
 
@@ -42,16 +48,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import html
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import redis
 
-from voicelane.common.audio import FRAME_DURATION_MS, OpusStreamEncoder, StreamResampler
+from voicelane.common.audio import (
+    FRAME_DURATION_MS,
+    OpusStreamEncoder,
+    StreamResampler,
+    apply_gain_db,
+    silence,
+)
 from voicelane.common.audio.stream import ByteStreamEncoder
 from voicelane.common.errors import (
     DeadlineExceededError,
@@ -63,6 +77,7 @@ from voicelane.core.lane.messages import (
     EventKind,
     InputKind,
     InputPiece,
+    Mode,
     OutputEvent,
     StreamRequest,
     now_ms,
@@ -70,12 +85,21 @@ from voicelane.core.lane.messages import (
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import RealtimeSettings
-from voicelane.core.speech_text import MAX_WARNINGS, PreparedText, SpokenSegment, prepare_text
+from voicelane.core.speech_text import (
+    MAX_WARNINGS,
+    PreparedText,
+    SpokenSegment,
+    TextOptions,
+    looks_like_ssml,
+    prepare_text,
+)
 from voicelane.core.text import Segment, normalize_whitespace, split_sentences
-from voicelane.core.text_profiles import profile_for
-from voicelane.workers.batching import AudioStream, Batcher, Priority
+from voicelane.core.text_profiles import TextProfile, profile_for
+from voicelane.core.word_timings import MarkTiming, WordTiming
+from voicelane.workers.batching import AudioStream, Batcher, Priority, StreamEvent, StreamWords
 from voicelane.workers.engines import PcmF32, Utterance
 from voicelane.workers.realtime_io import LaneIO
+from voicelane.workers.realtime_timing import Edges, SentenceSource, SentenceTimes
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +133,21 @@ def _slices(pcm: PcmF32, rate_hz: int, started: bool) -> Iterator[PcmF32]:
     step = int(rate_hz * SLICE_S)
     for start in range(position, len(pcm), step):
         yield pcm[start : start + step]
+
+
+_TAG = re.compile(r"<[^>]*>")
+
+
+def reads_as_ssml(text: str, options: TextOptions) -> bool:
+    """Whether a request's text is an SSML document: ``ssml`` true, or unset and the text
+    starts with ``<speak`` (:func:`~voicelane.core.speech_text.looks_like_ssml`)."""
+    return options.ssml if options.ssml is not None else looks_like_ssml(text)
+
+
+def ssml_caption(document: str, segment: SpokenSegment) -> str:
+    """The words of the document a segment speaks, as written: its span with the markup
+    left out and entities read (``<emphasis>Hi</emphasis> &amp; bye`` → ``Hi & bye``)."""
+    return normalize_whitespace(html.unescape(_TAG.sub(" ", document[segment.start : segment.end])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,10 +251,11 @@ class _Resume:
 class _Sentence:
     index: int
     segment: SpokenSegment
-    offset: int
-    """Offset of the segment's span (``segment.start``) in the whole request text."""
+    source: SentenceSource
+    """What the segment's spans point into (a sentence of the input, or the whole SSML
+    document) and its offset in the whole request text."""
     caption: str
-    """The words of the input it speaks (whitespace normalized)."""
+    """The words of the input it speaks (whitespace normalized, markup left out)."""
 
 
 @dataclass
@@ -281,6 +321,16 @@ class Session:
         self._started_at: float | None = None
         self._held: list[OutputEvent] = []
         self._warnings: list[dict[str, object]] = []
+        self._words: list[WordTiming] = []
+        self._marks: list[MarkTiming] = []
+        """Word timings and marks not sent yet: they ride on the next audio entry (or the
+        end)."""
+        self._trailing_marks: tuple[str, ...] = ()
+        """An SSML document's marks after its last word: reported at the end."""
+        self._base_ms = 0
+        self._samples_out = 0
+        """The stream's clock: ``_base_ms`` (where this worker took over) plus the samples it
+        delivered to the encoder (at the request's rate)."""
         self._first_input: list[tuple[str, InputPiece]] = []
         self.task: asyncio.Task[None] | None = None
         self.stopped: _Stop | None = None
@@ -376,42 +426,134 @@ class Session:
         else:
             out = _ByteOutput(request, self.settings)
         resampler = StreamResampler(engine.sample_rate_hz, request.sample_rate_hz)
+        self._base_ms = resume.pts_ms
+        after_break = False
         async for sentence in self._sentences():
+            seg = sentence.segment
             if sentence.index < resume.next_sentence:
+                after_break = seg.pause_after_ms is not None
                 continue
             await self._pace(out.produced_ms, self.settings.lookahead_s)
-            seg = sentence.segment
             self._hold(
                 OutputEvent(
                     EventKind.CAPTION,
                     seq=out.seq,
                     text=sentence.caption,
-                    start=sentence.offset + seg.start,
-                    end=sentence.offset + seg.end,
+                    start=sentence.source.offset + seg.start,
+                    end=sentence.source.offset + seg.end,
                     pts_ms=out.produced_ms,
                     sentence=sentence.index,
                 )
             )
-            async with contextlib.aclosing(self._speak(seg.text)) as audio:
-                async for pcm in audio:
-                    for piece in _slices(pcm, engine.sample_rate_hz, out.first_sent):
-                        # Encode just ahead of playback: leaves the CPU to other streams'
-                        # first packets instead of encoding a whole sentence nobody hears yet.
-                        await self._pace(out.produced_ms, self.settings.encode_ahead_s)
-                        await self._send(out.write(resampler.process(piece), sentence.index))
-            await self._send(out.write(resampler.flush(), sentence.index))
+            await self._say(sentence, out, resampler, after_break=after_break)
+            after_break = seg.pause_after_ms is not None
+            await self._encode(out, resampler.flush(), sentence.index)
             await self._send(out.end_sentence(sentence.index))
         await self._send(out.close())
+        end_ms = round(self._stream_ms())  # marks after the last word: on the final chunk
+        self._marks.extend(MarkTiming(name, end_ms) for name in self._trailing_marks)
         details = json.dumps({"warnings": self._warnings}) if self._warnings else ""
-        await self._append(
-            [OutputEvent(EventKind.END, seq=out.seq, pts_ms=out.produced_ms, details=details)]
+        words, self._words = tuple(self._words), []
+        marks, self._marks = tuple(self._marks), []
+        end = OutputEvent(
+            EventKind.END,
+            seq=out.seq,
+            pts_ms=out.produced_ms,
+            details=details,
+            words=words,
+            marks=marks,
         )
+        await self._append([end])
         log.info("request %s done: %d chunks, %.1f s", rid, out.seq, out.produced_ms / 1000)
+
+    async def _say(
+        self,
+        sentence: _Sentence,
+        out: _OpusOutput | _ByteOutput,
+        resampler: StreamResampler,
+        *,
+        after_break: bool,
+    ) -> None:
+        """One segment's audio, then its break's silence: the engine's own silence cut
+        around a break (:class:`Edges`), the SSML volume applied, its words and marks timed
+        on the stream's clock (:class:`SentenceTimes`) as soon as the chunk they came with has
+        gone through: they ride on that chunk's first audio entry."""
+        seg = sentence.segment
+        rate_hz = self.batcher.engine.sample_rate_hz
+        edges = Edges(rate_hz, trim_lead=after_break, trim_tail=seg.pause_after_ms is not None)
+        times = SentenceTimes(
+            seg, sentence.source, start_ms=self._stream_ms(), sample_rate_hz=rate_hz
+        )
+        gain_db = seg.voicing.volume_db
+        async with contextlib.aclosing(self._speak(self._utterance(seg))) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, StreamWords):
+                    times.add(piece.words)
+                    continue
+                pcm = edges.take(piece)
+                self._timed(*times.take(edges))  # they ride with this audio
+                await self._deliver(out, resampler, pcm, sentence.index, gain_db=gain_db)
+        tail = edges.finish()
+        self._timed(*times.finish(edges))
+        await self._deliver(out, resampler, tail, sentence.index, gain_db=gain_db)
+        if seg.pause_after_ms is not None:
+            pause = silence(seg.pause_after_ms / 1000, rate_hz)
+            await self._deliver(out, resampler, pause, sentence.index)
+
+    def _timed(self, words: list[WordTiming], marks: list[MarkTiming]) -> None:
+        """Words and marks go out with the next audio entry."""
+        self._words.extend(words)
+        self._marks.extend(marks)
+
+    def _utterance(self, seg: SpokenSegment) -> Utterance:
+        """What the engine is asked for one segment: the request's voice and speed, changed
+        by the segment's SSML voicing (a voice, a rate within the engine's range, a pitch on
+        engines that render pitch)."""
+        request = self.request
+        engine = self.batcher.engine
+        voicing = seg.voicing
+        speed = request.speed
+        if voicing.rate != 1.0:
+            caps = engine.capabilities()
+            speed = min(max(speed * voicing.rate, caps.min_speed), caps.max_speed)
+        params: tuple[tuple[str, float | int | str], ...] = ()
+        if voicing.pitch_semitones and profile_for(engine.name).pitch:
+            params = (("pitch_semitones", voicing.pitch_semitones),)
+        return Utterance(seg.text, voicing.voice or request.voice, speed, params=params)
+
+    def _stream_ms(self) -> float:
+        """Where the next sample delivered will be heard, on the stream's clock."""
+        return self._base_ms + self._samples_out * 1000 / self.request.sample_rate_hz
+
+    async def _deliver(
+        self,
+        out: _OpusOutput | _ByteOutput,
+        resampler: StreamResampler,
+        pcm: PcmF32,
+        sentence: int,
+        *,
+        gain_db: float = 0.0,
+    ) -> None:
+        """Audio at the engine's rate to the encoder, in short slices paced to playback."""
+        if gain_db:
+            pcm = apply_gain_db(pcm, gain_db)
+        for piece in _slices(pcm, self.batcher.engine.sample_rate_hz, out.first_sent):
+            # Encode just ahead of playback: leaves the CPU to other streams' first packets
+            # instead of encoding a whole sentence nobody hears yet.
+            await self._pace(out.produced_ms, self.settings.encode_ahead_s)
+            await self._encode(out, resampler.process(piece), sentence)
+
+    async def _encode(self, out: _OpusOutput | _ByteOutput, pcm: PcmF32, sentence: int) -> None:
+        """Audio at the request's rate to the encoder (the stream's clock advances)."""
+        self._samples_out += len(pcm)
+        await self._send(out.write(pcm, sentence))
 
     async def _send(self, pieces: list[_Audio]) -> None:
         if not pieces:
             return
         request = self.request
+        words, self._words = tuple(self._words), []
+        marks, self._marks = tuple(self._marks), []
         await self._append(
             [
                 OutputEvent(
@@ -423,30 +565,28 @@ class Session:
                     server_ts_ms=now_ms(),
                     client_ts_ms=request.client_ts_ms,
                     sentence=piece.sentence,
+                    words=words if index == 0 else (),
+                    marks=marks if index == 0 else (),
                 )
-                for piece in pieces
+                for index, piece in enumerate(pieces)
             ]
         )
         if self._started_at is None:
             self._started_at = time.monotonic()
 
-    async def _speak(self, text: str) -> AsyncGenerator[PcmF32, None]:
-        """The sentence's PCM as the batcher streams it; cancelling the session's task (or
-        leaving early) cancels the utterance in the batcher."""
+    async def _speak(self, utterance: Utterance) -> AsyncGenerator[StreamEvent, None]:
+        """The utterance's audio as the batcher streams it, with the engine's word events
+        (before the chunk they belong with); cancelling the session's task (or leaving
+        early) cancels the utterance in the batcher."""
         deadline_s = time.monotonic() + (self.request.deadline_ms - now_ms()) / 1000
         stream = self.batcher.submit_stream(
-            Utterance(text, self.request.voice, self.request.speed),
-            priority=Priority.REALTIME,
-            deadline_s=deadline_s,
+            utterance, priority=Priority.REALTIME, deadline_s=deadline_s
         )
         ready = asyncio.Event()
         stream.listen(_waker(asyncio.get_running_loop(), ready))
         try:
-            while True:
-                chunk = await _next_chunk(stream, ready)
-                if chunk is None:
-                    return
-                yield chunk
+            while (event := await _next_event(stream, ready)) is not None:
+                yield event
         finally:
             stream.cancel()
 
@@ -464,12 +604,21 @@ class Session:
     async def _sentences(self) -> AsyncIterator[_Sentence]:
         """Sentences as the request's text arrives: complete ones first, the rest at the end.
         Each cut sentence is prepared for the engine as it is cut (:func:`prepare_text`:
-        normalization, the engine's alphabet)."""
+        normalization, lexicons, the engine's alphabet) as plain text. A Synthesize request
+        whose text is SSML (:func:`reads_as_ssml`) is prepared whole once all of it has
+        arrived; its segments then stream like sentences. A conversation's text is always
+        plain text (it arrives in pieces: no document to read)."""
         options = self.request.text_options
         profile = profile_for(self.batcher.engine.name)
+        plain = replace(options, ssml=False)
         cutter = SentenceCutter()
         after = "0"
         index = 0
+        document: str | None = None
+        """The SSML document so far; None while the text is read as plain text."""
+        decided = self.request.mode is not Mode.SYNTHESIZE or options.ssml is not None
+        if self.request.mode is Mode.SYNTHESIZE and options.ssml:
+            document = ""
         while True:
             if self._first_input:
                 pieces, self._first_input = self._first_input, []
@@ -480,17 +629,48 @@ class Session:
             for entry_id, piece in pieces:
                 after = entry_id
                 text_piece = piece.kind is InputKind.TEXT
+                if not decided and text_piece and piece.text.strip():
+                    decided = True  # the first text says whether it is a document
+                    if reads_as_ssml(piece.text, options):
+                        document = ""
+                if document is not None:
+                    if text_piece:
+                        document += piece.text
+                    if piece.kind is InputKind.END:
+                        for sentence in self._document(document, profile, options):
+                            yield sentence
+                        return
+                    continue
                 ready = cutter.feed(piece.text) if text_piece else cutter.flush()
                 for cut, base in ready:
                     raw = cutter.raw(cut)
-                    prepared = prepare_text(raw, profile=profile, options=options)
+                    prepared = prepare_text(raw, profile=profile, options=plain)
                     self._report(prepared)
+                    source = SentenceSource(raw, base + cut.start)
                     for spoken in prepared.segments:
                         caption = normalize_whitespace(raw[spoken.start : spoken.end])
-                        yield _Sentence(index, spoken, base + cut.start, caption)
+                        yield _Sentence(index, spoken, source, caption)
                         index += 1
                 if piece.kind is InputKind.END:
                     return
+
+    def _document(
+        self, document: str, profile: TextProfile, options: TextOptions
+    ) -> list[_Sentence]:
+        """An SSML document's segments, checked before any of them is spoken: every voice
+        and rate they ask of the engine (a refusal names the field, as the request's own
+        voice does)."""
+        prepared = prepare_text(document, profile=profile, options=replace(options, ssml=True))
+        self._report(prepared)
+        self._trailing_marks = prepared.trailing_marks
+        source = SentenceSource(document, 0)
+        sentences = [
+            _Sentence(index, segment, source, ssml_caption(document, segment))
+            for index, segment in enumerate(prepared.segments)
+        ]
+        for sentence in sentences:
+            self.batcher.engine.validate(self._utterance(sentence.segment))
+        return sentences
 
     def _report(self, prepared: PreparedText) -> None:
         """Count what the engine cannot speak; the warnings go to the stream's end."""
@@ -521,16 +701,17 @@ def _waker(loop: asyncio.AbstractEventLoop, ready: asyncio.Event) -> Callable[[]
     return wake
 
 
-async def _next_chunk(stream: AudioStream, ready: asyncio.Event) -> PcmF32 | None:
-    """The stream's next chunk (None at its end), waiting on ``ready`` without a thread."""
+async def _next_event(stream: AudioStream, ready: asyncio.Event) -> StreamEvent | None:
+    """The stream's next chunk or word events (None at its end), waiting on ``ready``
+    without a thread."""
     while True:
         try:
-            return stream.read_nowait()
+            return stream.read_event_nowait()
         except BlockingIOError:
             pass
         ready.clear()
-        try:  # a chunk may have come between the read and the clear
-            return stream.read_nowait()
+        try:  # something may have come between the read and the clear
+            return stream.read_event_nowait()
         except BlockingIOError:
             await ready.wait()
 

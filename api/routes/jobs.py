@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from voicelane.api.deps import ApiState, State, Tenant, blocking
 from voicelane.api.routes.callbacks import check_callback
@@ -28,10 +28,11 @@ from voicelane.common.errors import (
 )
 from voicelane.core.job_view import job_summary
 from voicelane.core.ledger import Job, JobOptions, JobState
-from voicelane.core.rules import check_speech_options, check_speech_text
+from voicelane.core.rules import EngineCapabilities, check_speech_options, check_speech_text
 from voicelane.core.settings import ApiSettings
-from voicelane.core.speech_text import TextOptions
+from voicelane.core.speech_text import TextOptions, prepare_text
 from voicelane.core.text_input import check_encodable, decode_text
+from voicelane.core.text_profiles import profile_for
 
 router = APIRouter(tags=["jobs"])
 
@@ -56,12 +57,29 @@ class JobRequest(BaseModel):
         description="Read numbers, money, dates, times and symbols as words (docs/text.md); "
         "false hands the text to the engine as written.",
     )
+    ssml: bool | None = Field(
+        None,
+        description="The text is SSML (docs/ssml.md); unset: SSML when it starts with <speak.",
+    )
+    lexicons: list[str] | None = Field(
+        None,
+        description="The tenant's pronunciation lexicons to apply (a list, or comma-separated "
+        "in a form); unset: the tenant's default lexicon; empty: none.",
+    )
+
+    @field_validator("lexicons", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        """A form field carries the names as one comma-separated string."""
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
 
 
 @router.post("/v1/jobs", status_code=202, summary="Submit a text to render")
 async def submit_job(request: Request, state: State, tenant: Tenant) -> JSONResponse:
     body, text_field = await _read_job_request(request, state.settings)
-    options, text = await _check_job(state, body, text_field)
+    options, text = await _check_job(state, tenant, body, text_field)
     await state.rate.take(tenant)
     job = await blocking(
         state,
@@ -177,13 +195,22 @@ async def _read_job_request(request: Request, settings: ApiSettings) -> tuple[Jo
     )
 
 
-async def _check_job(state: ApiState, body: JobRequest, text_field: str) -> tuple[JobOptions, str]:
-    """The request rules for a job; raises a 4xx naming the field at fault."""
+async def _check_job(
+    state: ApiState, tenant: str, body: JobRequest, text_field: str
+) -> tuple[JobOptions, str]:
+    """The request rules for a job; raises a 4xx naming the field at fault (a job accepted
+    with 202 never fails for a reason knowable now: the text is read as the workers will
+    read it, and refused when nothing of it can be spoken or its SSML cannot be read)."""
     settings = state.settings
     text = check_speech_text(body.text, max_chars=settings.max_text_chars, field=text_field)
     fmt = _format(body.format)
+    caps = await state.engines.capabilities()
+    text_options = await state.streams.text_options.resolve(
+        tenant, normalize=body.normalize, ssml=body.ssml, lexicons=body.lexicons
+    )
+    await blocking(state, _check_text, text, text_options, caps, settings, text_field)
     options = check_speech_options(
-        await state.engines.capabilities(),
+        caps,
         voice=body.voice,
         speed=body.speed,
         sample_rate_hz=body.sample_rate_hz,
@@ -197,9 +224,25 @@ async def _check_job(state: ApiState, body: JobRequest, text_field: str) -> tupl
         sample_rate_hz=options.sample_rate_hz,
         speed=options.speed,
         callback_url=callback,
-        text_options=TextOptions(normalize=body.normalize),
+        text_options=text_options,
     )
     return job_options, text
+
+
+def _check_text(
+    text: str,
+    options: TextOptions,
+    caps: EngineCapabilities,
+    settings: ApiSettings,
+    field: str,
+) -> None:
+    prepared = prepare_text(
+        text,
+        profile=profile_for(caps.engine),
+        options=options,
+        max_segment_chars=settings.max_segment_chars,
+    )
+    prepared.check(caps, field=field)
 
 
 def _format(name: str) -> AudioFormat:

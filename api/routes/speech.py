@@ -10,7 +10,9 @@ the client leaves early.
     ``websocket_auth_timeout_s`` (5 s) of connecting, or the socket is closed; an address
     holds at most ``websocket_max_per_address`` open sockets per API process, and the process
     ``websocket_max_connections``. Send one JSON text message ``{"text", "voice"?,
-    "sample_rate_hz"?, "speed"?, "client_ts_ms"?, "pace"?}`` (``pace``: true, the default,
+    "sample_rate_hz"?, "speed"?, "client_ts_ms"?, "pace"?, "normalize"?, "ssml"?,
+    "lexicons"?}`` (``normalize``, ``ssml``, ``lexicons``: how the text is read, as every
+    front reads them: :mod:`voicelane.api.text_options`; ``pace``: true, the default,
     synthesises just ahead of playback; false renders as fast as it can). The server answers
     ``{"type": "start", "request_id"}``; then per chunk a JSON ``{"type": "audio", "seq",
     "pts_ms", "packets": N, "server_ts_ms", "client_ts_ms", "captions": [...]}`` followed by
@@ -28,7 +30,8 @@ the client leaves early.
 
 ``POST /v1/audio/speech`` (OpenAI-compatible)
     JSON ``{"input", "voice", "response_format"?: opus|mp3|wav|flac|pcm, "speed"?,
-    "model"?}``, plus voicelane's ``sample_rate_hz`` (default 24000, OpenAI's rate) and
+    "model"?}``, plus voicelane's ``normalize``, ``ssml``, ``lexicons`` (as on the
+    WebSocket), ``sample_rate_hz`` (default 24000, OpenAI's rate) and
     ``pace`` (default false: rendered as fast as the workers can, like a file download —
     true paces it just ahead of playback, for a live player); the audio streams back as it
     is produced (chunked). ``opus`` is Ogg Opus; ``pcm`` is raw
@@ -43,7 +46,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
@@ -54,6 +57,7 @@ from voicelane.api.deps import State, Tenant
 from voicelane.api.failures import websocket_reply
 from voicelane.api.llm import ChatTurn
 from voicelane.api.streams import Stream, StreamAsk, StreamChunk
+from voicelane.api.ws_messages import audio_message, end_message
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import (
     DeadlineExceededError,
@@ -116,6 +120,9 @@ class WebSocketRequest(BaseModel):
     client_ts_ms: int = 0
     pace: bool = True
     api_key: str | None = None
+    normalize: bool = True
+    ssml: bool | None = None
+    lexicons: list[str] | None = None
 
 
 @router.websocket("/v1/stream")
@@ -161,6 +168,9 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
             client_ts_ms=body.client_ts_ms,
             paced=body.pace,
             front="websocket",
+            normalize=body.normalize,
+            ssml=body.ssml,
+            lexicons=None if body.lexicons is None else tuple(body.lexicons),
         )
         if (body.text is None) == (body.messages is None):
             raise InvalidInputError("send either text or messages (a chat)", field="text")
@@ -175,9 +185,7 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
                 if chunk.data or not chunk.final:
                     await _send_chunk(socket, chunk)
                 if chunk.final:
-                    await socket.send_json(
-                        {"type": "end", "seq": chunk.seq, "pts_ms": chunk.pts_ms}
-                    )
+                    await socket.send_json(end_message(chunk))
         await socket.close(1000)
     except WebSocketDisconnect:
         log.info("websocket client left stream %s", stream.request_id if stream else "-")
@@ -215,7 +223,7 @@ async def _serve_chat(
                 stats = {"request_id": event.summary.request_id, **event.summary.fields()}
                 await socket.send_json({"type": "stats", **stats})
     if final is not None:
-        await socket.send_json({"type": "end", "seq": final.seq, "pts_ms": final.pts_ms})
+        await socket.send_json(end_message(final))
     await socket.close(1000)
 
 
@@ -230,25 +238,8 @@ async def _first_message(socket: WebSocket) -> str:
     return str(text)
 
 
-def _chunk_header(chunk: StreamChunk) -> dict[str, Any]:
-    return {
-        "type": "audio",
-        "seq": chunk.seq,
-        "pts_ms": chunk.pts_ms,
-        "packets": len(chunk.data),
-        "sample_rate_hz": chunk.sample_rate_hz,
-        "server_ts_ms": chunk.server_ts_ms,
-        "client_ts_ms": chunk.client_ts_ms,
-        "captions": [
-            {"text": c.text, "start": c.start, "end": c.end, "pts_ms": c.pts_ms,
-             "sentence": c.sentence}
-            for c in chunk.captions
-        ],
-    }  # fmt: skip
-
-
 async def _send_chunk(socket: WebSocket, chunk: StreamChunk) -> None:
-    await socket.send_json(_chunk_header(chunk))
+    await socket.send_json(audio_message(chunk))
     for packet in chunk.data:
         await socket.send_bytes(packet)
 
@@ -283,6 +274,21 @@ class SpeechRequest(BaseModel):
         description="voicelane extension: true paces synthesis just ahead of playback (a "
         "live player); false (default) renders as fast as the workers can, like a file.",
     )
+    normalize: bool = Field(
+        True,
+        description="voicelane extension: numbers, dates, symbols... read as words (default) "
+        "or, false, as written.",
+    )
+    ssml: bool | None = Field(
+        None,
+        description="voicelane extension: the input is SSML (true), plain text (false) or, "
+        "unset, SSML when it starts with <speak.",
+    )
+    lexicons: list[str] | None = Field(
+        None,
+        description="voicelane extension: the tenant's pronunciation lexicons to apply; "
+        "unset: its default lexicon; []: none.",
+    )
 
 
 @router.post(
@@ -306,6 +312,9 @@ async def openai_speech(request: Request, state: State, tenant: Tenant) -> Strea
         encoding=encoding,
         paced=body.pace,
         front="openai",
+        normalize=body.normalize,
+        ssml=body.ssml,
+        lexicons=None if body.lexicons is None else tuple(body.lexicons),
     )
     stream = await state.streams.synthesize(tenant, body.input, ask, text_field="input")
     return StreamingResponse(

@@ -4,6 +4,7 @@
 * :class:`InputPiece` — an entry of ``vl:rt:in:{id}`` (the request's text, in pieces);
 * :class:`OutputEvent` — an entry of ``vl:rt:out:{id}`` (audio, a caption, the end, or an
   error that carries the typed error whole: :class:`~voicelane.common.errors.WireError`);
+  audio and the end may carry word timings and SSML marks with their times;
 * :class:`CapacityReport` — a worker's value in the ``vl:rt:workers`` hash.
 
 Every field is a string (or bytes, for audio) in Redis; readers take missing fields as their
@@ -24,6 +25,7 @@ from typing import Any
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import VoicelaneError, WireError
 from voicelane.core.speech_text import TextOptions
+from voicelane.core.word_timings import MarkTiming, WordTiming
 
 
 def now_ms() -> int:
@@ -168,9 +170,17 @@ class OutputEvent:
     error: WireError | None = None
     """Error: what the worker raised (code, message, gRPC status, field, retry hint)."""
     details: str = ""
-    """JSON, when there is something to tell: a caption's ``words`` (text, start_ms,
-    end_ms, char_start, char_end) and ``marks`` (name, time_ms); the end's ``warnings``
-    (what of the text is not spoken as written)."""
+    """JSON, when there is something to tell: the end's ``warnings`` (what of the text is
+    not spoken as written)."""
+    words: tuple[WordTiming, ...] = ()
+    """Audio, caption or end: words of the request's text (spans in the whole text) with
+    their times on the stream's clock (``pts_ms``), sent as soon as the worker knows them
+    (for espeak: with the first audio of their sentence). In Redis: the field ``words``,
+    a JSON list of ``{text, start_ms, end_ms, char_start, char_end}``, only when there are
+    some (entries without it, the previous release's, read as none)."""
+    marks: tuple[MarkTiming, ...] = ()
+    """Audio, caption or end: SSML marks reached, with their times on the stream's clock.
+    In Redis: ``marks``, a JSON list of ``{name, time_ms}``, only when there are some."""
 
     @classmethod
     def failure(cls, error: VoicelaneError) -> OutputEvent:
@@ -179,6 +189,14 @@ class OutputEvent:
 
     def to_fields(self) -> dict[str, bytes | str]:
         fields: dict[str, bytes | str] = {"kind": self.kind.value, "seq": str(self.seq)}
+        if self.kind is EventKind.ERROR:
+            error = self.error or NO_DETAIL
+            fields.update(code=error.status, text=error.message, error_code=error.code)
+            if error.field is not None:
+                fields["field"] = error.field
+            if error.retry_after_s is not None:
+                fields["retry_after_s"] = repr(error.retry_after_s)
+            return fields
         if self.kind is EventKind.AUDIO:
             fields.update(
                 data=pack_packets(self.data),
@@ -196,19 +214,14 @@ class OutputEvent:
                 pts_ms=str(self.pts_ms),
                 sentence=str(self.sentence),
             )
-            if self.details:
-                fields["details"] = self.details
-        elif self.kind is EventKind.END:
-            fields.update(pts_ms=str(self.pts_ms), sentence=str(self.sentence))
-            if self.details:
-                fields["details"] = self.details
         else:
-            error = self.error or NO_DETAIL
-            fields.update(code=error.status, text=error.message, error_code=error.code)
-            if error.field is not None:
-                fields["field"] = error.field
-            if error.retry_after_s is not None:
-                fields["retry_after_s"] = repr(error.retry_after_s)
+            fields.update(pts_ms=str(self.pts_ms), sentence=str(self.sentence))
+        if self.details and self.kind is not EventKind.AUDIO:
+            fields["details"] = self.details
+        if self.words:
+            fields["words"] = json.dumps([w.to_json() for w in self.words], ensure_ascii=False)
+        if self.marks:
+            fields["marks"] = json.dumps([m.to_json() for m in self.marks], ensure_ascii=False)
         return fields
 
     @classmethod
@@ -247,7 +260,30 @@ class OutputEvent:
             end=num("end"),
             error=error,
             details=text("details"),
+            words=_words(raw.get(b"words")),
+            marks=_marks(raw.get(b"marks")),
         )
+
+
+def _words(raw: bytes | None) -> tuple[WordTiming, ...]:
+    if not raw:
+        return ()
+    return tuple(
+        WordTiming(
+            text=str(w["text"]),
+            start_ms=int(w["start_ms"]),
+            end_ms=int(w["end_ms"]),
+            char_start=int(w["char_start"]),
+            char_end=int(w["char_end"]),
+        )
+        for w in json.loads(raw)
+    )
+
+
+def _marks(raw: bytes | None) -> tuple[MarkTiming, ...]:
+    if not raw:
+        return ()
+    return tuple(MarkTiming(str(m["name"]), int(m["time_ms"])) for m in json.loads(raw))
 
 
 def pack_packets(packets: Sequence[bytes]) -> bytes:

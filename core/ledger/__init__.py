@@ -11,6 +11,7 @@ of each, so a process passes one object around:
 ``ledger.locks``     the one lock mechanism; the reconciler's turn and holds (:mod:`.locks`)
 ``ledger.retention`` cleanup of a final job's data, and forgetting old jobs (:mod:`.retention`)
 ``ledger.queues``    Celery's queue lengths (:mod:`.queues`)
+``ledger.lexicons``  the tenants' pronunciation lexicons and their defaults (:mod:`.lexicons`)
 ===================  =====================================================================
 
 The tenants' queued-characters quota is :mod:`.queued_chars` (used by ``jobs.create``); every
@@ -27,6 +28,7 @@ from voicelane.core.ledger.assembly import Assembly, FinishOutcome
 from voicelane.core.ledger.chunks import Chunks, CommitOutcome, Lease, LeaseStatus
 from voicelane.core.ledger.feed import FairFeed
 from voicelane.core.ledger.jobs import Jobs
+from voicelane.core.ledger.lexicons import Lexicons
 from voicelane.core.ledger.locks import Locks
 from voicelane.core.ledger.queued_chars import QueuedChars
 from voicelane.core.ledger.queues import CeleryQueues
@@ -60,6 +62,7 @@ class Ledger:
         self.feed = FairFeed(client)
         self.retention = Retention(client)
         self.queues = CeleryQueues(client)
+        self.lexicons = Lexicons(client)
 
     @classmethod
     def from_url(cls, url: str, *, socket_timeout_s: float = 10.0) -> Ledger:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import cast
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from voicelane.common.errors import JobNotFoundError, QuotaExceededError
 from voicelane.core.ledger.ending import ENDING, ending_args, ending_keys
@@ -88,27 +89,25 @@ class Jobs:
         self, job_id: str, tenant: str, options: JobOptions, text: str, *, now: float, held: int
     ) -> None:
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(
-            JOB.key(job_id),
-            mapping={
-                "id": job_id,
-                "tenant": tenant,
-                "state": JobState.QUEUED.value,
-                "voice": options.voice,
-                "format": options.format,
-                "sample_rate_hz": options.sample_rate_hz,
-                "speed": options.speed,
-                "callback_url": options.callback_url or "",
-                **options.text_options.to_fields(),
-                "characters": len(text),
-                "created_at": now,
-                "updated_at": now,
-                "chunks_total": 0,
-                "chunks_done": 0,
-                "audio_s": 0.0,
-                **({"queued_chars": held} if held else {}),
-            },
-        )
+        record: dict[FieldT, EncodableT] = {
+            "id": job_id,
+            "tenant": tenant,
+            "state": JobState.QUEUED.value,
+            "voice": options.voice,
+            "format": options.format,
+            "sample_rate_hz": options.sample_rate_hz,
+            "speed": options.speed,
+            "callback_url": options.callback_url or "",
+            "characters": len(text),
+            "created_at": now,
+            "updated_at": now,
+            "chunks_total": 0,
+            "chunks_done": 0,
+            "audio_s": 0.0,
+            **({"queued_chars": held} if held else {}),
+        }
+        record.update(options.text_options.to_fields())
+        pipe.hset(JOB.key(job_id), mapping=record)
         pipe.set(JOB_TEXT.key(job_id), text.encode("utf-8"))
         pipe.zadd(TENANT_JOBS.key(tenant), {job_id: now})
         pipe.sadd(ACTIVE_JOBS.key(), job_id)

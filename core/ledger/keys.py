@@ -48,6 +48,9 @@ class Lifetime(enum.StrEnum):
     """A job's record and history: deleted when the job is forgotten (``job_retention_s``)."""
     SHARED = "shared"
     """Not one job's: its members come and go; Redis drops it when it is empty."""
+    KEPT = "kept"
+    """A tenant's own data (its pronunciation lexicons): no TTL, untouched by cleanup and
+    retention; it lives until the tenant deletes it (Redis drops a hash when it is empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,29 @@ RATE_BUCKET = Family(
     "voicelane.core.quotas.RequestRate (every front, both lanes: not the ledger's)",
 )
 
+LEXICONS = Family(
+    PREFIX + "tenant:{tenant}:lexicons",
+    "hash",
+    "the tenant's pronunciation lexicons: name -> its entries (JSON, Lexicon.to_json)",
+    Lifetime.KEPT,
+    "lexicons.py (put, delete)",
+)
+LEXICON_INFO = Family(
+    PREFIX + "tenant:{tenant}:lexicon_info",
+    "hash",
+    "name -> '{entries, size_bytes, updated_at}' (JSON) of each of the tenant's lexicons: its "
+    "listing and its bounds, read without the entries",
+    Lifetime.KEPT,
+    "lexicons.py (put, delete)",
+)
+LEXICON_DEFAULT = Family(
+    PREFIX + "tenant:{tenant}:lexicon_default",
+    "string",
+    "the name of the tenant's default lexicon (what a request that names none applies)",
+    Lifetime.KEPT,
+    "lexicons.py (set_default, clear_default, delete)",
+)
+
 # ---- every job -----------------------------------------------------------------------------
 
 ACTIVE_JOBS = Family(
@@ -291,6 +317,9 @@ FAMILIES: tuple[Family, ...] = (
     TENANT_JOBS,
     QUEUED_CHARS,
     RATE_BUCKET,
+    LEXICONS,
+    LEXICON_INFO,
+    LEXICON_DEFAULT,
     ACTIVE_JOBS,
     FINISHED_JOBS,
     RECONCILER_LOCK,

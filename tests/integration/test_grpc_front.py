@@ -264,6 +264,46 @@ async def test_a_caption_just_before_end_rides_on_the_final_chunk(harness: Harne
     assert not final.opus_packets
 
 
+async def test_word_timings_ride_with_their_sentence_and_slice_the_text(
+    harness: Harness,
+) -> None:
+    harness.worker(words=True)
+    chunks: list[pb.AudioChunk] = await collect(synthesize(harness, text=TEXT))
+    assert_well_formed(chunks, 24000)
+    words = [w for c in chunks for w in c.words]
+    assert [w.text for w in words] == TEXT.split()
+    assert all(TEXT[w.char_start : w.char_end] == w.text for w in words)
+    starts = [w.start_ms for w in words]
+    assert starts == sorted(starts) and all(w.end_ms > w.start_ms for w in words)
+    for chunk in chunks:  # a sentence's words ride with its caption, on the captions' clock
+        if chunk.words:
+            (caption,) = chunk.captions
+            assert chunk.words[0].start_ms == caption.pts_ms == chunk.pts_ms
+            assert TEXT[caption.start : caption.end].split() == [w.text for w in chunk.words]
+
+
+async def test_marks_after_the_last_word_ride_on_the_final_chunk(harness: Harness) -> None:
+    harness.worker(words=True, trailing_marks=("done", "really-done"))
+    chunks: list[pb.AudioChunk] = await collect(synthesize(harness, text="One sentence."))
+    final = chunks[-1]
+    assert [(m.name, m.time_ms) for m in final.marks] == [
+        ("done", FRAMES_PER_SENTENCE * 20),
+        ("really-done", FRAMES_PER_SENTENCE * 20),
+    ]
+    assert all(not c.marks for c in chunks[:-1])
+
+
+async def test_a_resume_gets_the_words_of_the_chunks_it_gets(harness: Harness) -> None:
+    harness.worker(words=True)
+    full: list[pb.AudioChunk] = await collect(synthesize(harness, text=TEXT, request_id="w-1"))
+    after_seq = EVENTS_PER_SENTENCE  # the second sentence's first chunk: its words are skipped
+    resumed: list[pb.AudioChunk] = await collect(
+        synthesize(harness, request_id="w-1", resume_after_seq=after_seq)
+    )
+    assert [w.text for c in resumed for w in c.words] == " ".join(SENTENCES[2:]).split()
+    assert [list(c.words) for c in resumed] == [list(c.words) for c in full[after_seq + 1 :]]
+
+
 BAD_REQUESTS = [
     pytest.param({"text": ""}, "no text", id="empty"),
     pytest.param({"text": " \n\t "}, "no text", id="whitespace"),

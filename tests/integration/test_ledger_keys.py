@@ -1,9 +1,10 @@
 """The key table (``voicelane.core.ledger.keys``) against what the code really writes.
 
-Jobs live their whole life through the production code — a front's rate bucket and submit
-(under the queued-characters quota), planning into the fair feed, a worker that dies holding
-a chunk lease, the reconciler, rendering and commits, an assembler that dies holding the
-assembly lock, assembly, cancel, cleanup and the retention sweep — on a real redis-server.
+Jobs live their whole life through the production code — a front's rate bucket, a tenant's
+pronunciation lexicons and its default, submit (under the queued-characters quota), planning
+into the fair feed, a worker that dies holding a chunk lease, the reconciler, rendering and
+commits, an assembler that dies holding the assembly lock, assembly, cancel, cleanup and the
+retention sweep — on a real redis-server.
 Redis is scanned after every step: every key must belong to exactly one family of the table,
 with that family's type and TTL, and every family must be seen (or be listed below as out of
 this flow's reach, with the reason).
@@ -31,6 +32,7 @@ from voicelane.core.ledger.keys import (
     Family,
     Lifetime,
 )
+from voicelane.core.lexicon import Lexicon, LexiconEntry
 from voicelane.core.quotas import RequestRate
 from voicelane.core.redis_clients import async_client
 from voicelane.workers.jobs import (
@@ -111,6 +113,10 @@ def test_every_key_in_redis_is_in_the_key_table_and_every_family_is_written(
     fronts = BatchClient(ledger, ctx.enqueue)
 
     take_a_rate_token(redis_url)  # a front's request-rate bucket
+    names = Lexicon((LexiconEntry(("Nguyen",), alias="win"),))
+    ledger.lexicons.put("acme", "names", names)  # a tenant's lexicons, and its default
+    ledger.lexicons.set_default("acme", "names")
+    assert ledger.lexicons.resolve("acme", None) == (names, ("names",))
     job_id = fronts.submit("acme", OPTIONS, TEXT, max_queued_chars=100_000).id
     other = fronts.submit("other", OPTIONS, TEXT, max_queued_chars=100_000).id
     scans.scan("submitted")
@@ -145,6 +151,7 @@ def test_every_key_in_redis_is_in_the_key_table_and_every_family_is_written(
     forgotten = sweep_expired_jobs(narrow(ctx, job_retention_s=1), now=time.time() + 60)
     assert forgotten == 2
     left = scans.scan("forgotten")
+    assert ledger.lexicons.list("acme").default == "names"  # kept: retention leaves them be
 
     assert not scans.problems, "\n".join(scans.problems)
     unseen = set(FAMILIES) - scans.seen - set(UNREACHABLE)

@@ -4,15 +4,18 @@ cancel, deadlines, takeover of a dead worker's request, and the request stream's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import redis
 
 from tests.support.engines import RecordingEngine
+from tests.support.ssml_standin import PreparedAs, with_first
 from tests.support.stack import wait_for
 from voicelane.common.audio import OpusStreamDecoder
 from voicelane.core.lane.front import RealtimeClient
@@ -29,8 +32,11 @@ from voicelane.core.lane.messages import (
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.settings import RealtimeSettings
+from voicelane.core.speech_text import SpokenSegment, TextOptions, Voicing
+from voicelane.core.word_timings import WordTiming
+from voicelane.workers import realtime
 from voicelane.workers.batching import Batcher
-from voicelane.workers.engines import Utterance
+from voicelane.workers.engines import PcmF32, Utterance
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.realtime import RealtimeConsumer, SentenceCutter
 
@@ -371,3 +377,196 @@ def test_sessions_do_not_cost_a_thread_each(
     for req in reqs:
         got = events(redis_url, req.request_id)
         assert got[-1].kind is EventKind.END and audio_of(got)
+
+
+# ---- words, SSML breaks, voicing and marks ---------------------------------------------------
+
+WORDS_TEXT = "I paid $3.5M on Monday. Then we left for home."
+QUIET = 10 ** (-45 / 20)
+FRAME_MS = 5
+
+
+def decoded(got: Sequence[OutputEvent], rate_hz: int = 24000) -> PcmF32:
+    """The stream's audio as a client hears it (Opus decoded, codec delay trimmed)."""
+    decoder = OpusStreamDecoder(rate_hz)
+    pcm: PcmF32 = decoder.decode_all([p for e in audio_of(got) for p in e.data])
+    return pcm[decoder.codec_delay_samples :]
+
+
+def loud_frames(pcm: PcmF32, rate_hz: int = 24000) -> npt.NDArray[np.bool_]:
+    """Per 5 ms frame: does it hold sound (a peak at or above -45 dBFS)?"""
+    frame = rate_hz * FRAME_MS // 1000
+    count = len(pcm) // frame
+    loud: npt.NDArray[np.bool_] = np.abs(pcm[: count * frame]).reshape(count, frame).max(1) >= QUIET
+    return loud
+
+
+def onset_ms(pcm: PcmF32, from_ms: float) -> int:
+    """The first sound at or after ``from_ms``."""
+    loud = loud_frames(pcm)
+    first = int(max(0.0, from_ms) // FRAME_MS)
+    return (first + int(np.flatnonzero(loud[first:])[0])) * FRAME_MS
+
+
+def quiet_runs_ms(pcm: PcmF32) -> list[int]:
+    """Lengths of the silences between sounds, longest first."""
+    sound = np.flatnonzero(loud_frames(pcm))
+    gaps = np.diff(sound) - 1
+    return sorted((int(g) * FRAME_MS for g in gaps if g > 0), reverse=True)
+
+
+def words_of(got: Sequence[OutputEvent]) -> list[WordTiming]:
+    return [w for e in got for w in e.words]
+
+
+def request_with(options: TextOptions, mode: Mode = Mode.SYNTHESIZE) -> StreamRequest:
+    return dataclasses.replace(request(mode, paced=False), text_options=options)
+
+
+def test_words_slice_the_request_and_start_with_their_sound(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    req = request(paced=False)
+    submit(redis_url, req, WORDS_TEXT)
+    got = events(redis_url, req.request_id)
+    words = words_of(got)
+    assert [w.text for w in words] == [  # "$3.5M" is spoken as five words: one span
+        *["I", "paid", "$3.5M", "on", "Monday"],
+        *["Then", "we", "left", "for", "home"],
+    ]
+    assert all(WORDS_TEXT[w.char_start : w.char_end] == w.text for w in words)
+    starts = [w.start_ms for w in words]
+    assert starts == sorted(set(starts)) and all(w.end_ms > w.start_ms for w in words)
+    # On the captions' clock: each sentence's words come at or after its caption, and its
+    # first word starts with its sound (espeak's own pause before it: measured).
+    pcm = decoded(got)
+    captions = [e for e in got if e.kind is EventKind.CAPTION]
+    for caption in captions:
+        inside = [w for w in words if caption.start <= w.char_start < caption.end]
+        assert inside and inside[0].start_ms >= caption.pts_ms
+        assert abs(inside[0].start_ms - onset_ms(pcm, inside[0].start_ms - 150)) <= 30
+    # They ride on the first audio entry of their sentence (with its caption).
+    first_audio = {e.sentence: e for e in reversed(audio_of(got))}
+    assert [w.text for w in first_audio[1].words] == ["Then", "we", "left", "for", "home"]
+
+
+BREAK_TEXT = "Hello there. Goodbye now."
+
+
+@pytest.mark.parametrize("pause_ms", [150, 900])
+def test_a_break_is_exactly_its_silence_in_the_decoded_stream(
+    redis_url: str,
+    espeak_consumer: RealtimeConsumer,
+    monkeypatch: pytest.MonkeyPatch,
+    pause_ms: int,
+) -> None:
+    """espeak's own pause between the sentences is ~310 ms: replaced, not added to."""
+    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(with_first(pause_after_ms=pause_ms)))
+    req = request_with(TextOptions(ssml=True))
+    submit(redis_url, req, BREAK_TEXT)
+    got = events(redis_url, req.request_id)
+    pcm = decoded(got)
+    gap_ms = quiet_runs_ms(pcm)[0]
+    assert abs(gap_ms - pause_ms) <= 50, (gap_ms, pause_ms)
+    goodbye = next(w for w in words_of(got) if w.text == "Goodbye")
+    assert abs(goodbye.start_ms - onset_ms(pcm, goodbye.start_ms - 100)) <= 30
+
+
+def test_a_break_in_a_live_stream_is_real_audio_time(
+    redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(with_first(pause_after_ms=2000)))
+    req = dataclasses.replace(request(), text_options=TextOptions(ssml=True))  # paced
+    submit(redis_url, req, BREAK_TEXT)
+    got = events(redis_url, req.request_id)
+    audio = audio_of(got)
+    assert [e.seq for e in audio] == list(range(len(audio)))
+    # The break's silence goes out as packets on the stream's clock, as speech does.
+    assert abs(quiet_runs_ms(decoded(got))[0] - 2000) <= 50
+    end_pts = audio[-1].pts_ms + 20 * len(audio[-1].data)
+    assert end_pts >= 2000 + 1000
+
+
+def segment_rms(pcm: PcmF32, start_ms: float, end_ms: float) -> float:
+    part = pcm[int(start_ms * 24) : int(end_ms * 24)]
+    return float(np.sqrt(np.mean(part**2)))
+
+
+def test_voicing_changes_the_segments_voice_rate_and_volume(
+    redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "One more time. One more time. One more time."
+    other_voice = Voicing(voice="en-gb", pitch_semitones=6)
+
+    def change(segs: tuple[SpokenSegment, ...]) -> tuple[SpokenSegment, ...]:
+        return (
+            segs[0],
+            dataclasses.replace(segs[1], voicing=Voicing(rate=2.0, volume_db=-12.0)),
+            dataclasses.replace(segs[2], voicing=other_voice),
+        )
+
+    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(change))
+    req = request_with(TextOptions(ssml=True))
+    submit(redis_url, req, text)
+    got = events(redis_url, req.request_id)
+    pcm = decoded(got)
+    starts = [c.pts_ms for c in got if c.kind is EventKind.CAPTION] + [len(pcm) / 24]
+    plain, fast_soft, other = ((starts[i], starts[i + 1]) for i in range(3))
+    # rate 2.0: about half as long; -12 dB: a quarter of the amplitude.
+    assert (fast_soft[1] - fast_soft[0]) < 0.7 * (plain[1] - plain[0])
+    ratio = segment_rms(pcm, *fast_soft) / segment_rms(pcm, *plain)
+    assert 0.18 < ratio < 0.33, ratio
+    # Another voice, another pitch: the engine was asked for them (its own render of that
+    # voicing lasts as long as the segment).
+    engine = EspeakEngine()
+    asked = Utterance("One more time.", "en-gb", params=(("pitch_semitones", 6),))
+    own = engine.synthesize([asked])[0]
+    us = engine.synthesize([Utterance("One more time.", "auto")])[0]
+    assert len(own) != len(us) or not np.allclose(own, us)
+    assert (other[1] - other[0]) / 1000 == pytest.approx(len(own) / engine.sample_rate_hz, abs=0.03)
+
+
+def test_marks_arrive_with_their_times(
+    redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def change(segs: tuple[SpokenSegment, ...]) -> tuple[SpokenSegment, ...]:
+        there = segs[0].text.index("there")
+        return (dataclasses.replace(segs[0], marks=(("before-there", there),)), *segs[1:])
+
+    monkeypatch.setattr(realtime, "prepare_text", PreparedAs(change, trailing_marks=("end",)))
+    req = request_with(TextOptions(ssml=True))
+    submit(redis_url, req, BREAK_TEXT)
+    got = events(redis_url, req.request_id)
+    marks = [(m.name, m.time_ms) for e in got for m in e.marks]
+    there = next(w for w in words_of(got) if w.text == "there")
+    end = got[-1]
+    assert end.kind is EventKind.END
+    assert marks[0] == ("before-there", there.start_ms)
+    assert [m.name for m in end.marks] == ["end"]  # after the last word: on the end
+    assert abs(marks[1][1] - len(decoded(got)) / 24) <= 20  # at the end of the audio
+
+
+def test_a_document_is_read_whole_only_by_synthesize(
+    redis_url: str, espeak_consumer: RealtimeConsumer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepare = PreparedAs(lambda segs: segs)
+    monkeypatch.setattr(realtime, "prepare_text", prepare)
+    document = "<speak>Hello there. Goodbye now.</speak>"
+    req = request_with(TextOptions())  # ssml unset: the text says
+    submit(redis_url, req, document)
+    assert events(redis_url, req.request_id)[-1].kind is EventKind.END
+    assert prepare.seen == [True]  # one document, read as SSML
+
+    prepare.seen.clear()
+    conversation = request_with(TextOptions(), Mode.CONVERSE)
+    submit(redis_url, conversation, None)
+
+    async def send() -> None:
+        client = RealtimeClient.from_url(redis_url)
+        await client.send_input(conversation.request_id, InputPiece(InputKind.TEXT, document))
+        await client.send_input(conversation.request_id, InputPiece(InputKind.END))
+        await client.close()
+
+    asyncio.run(send())
+    assert events(redis_url, conversation.request_id)[-1].kind is EventKind.END
+    assert prepare.seen and set(prepare.seen) == {False}  # plain text, sentence by sentence

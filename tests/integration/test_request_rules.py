@@ -17,19 +17,21 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import httpx
 import pytest
+import redis
 import websockets
 
-from tests.support.stack import ACME_KEY, Stack, wait_for
+from tests.support.stack import ACME_KEY, OTHER_KEY, Stack, wait_for
 from voicelane.client import JobsClient, RetryPolicy, SpeechClient
 from voicelane.common.error_wire import CODE_KEY, FIELD_KEY
 from voicelane.common.errors import RemoteError
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
+from voicelane.core.lane.keys import REQUESTS_KEY
 from voicelane.core.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -55,6 +57,10 @@ class Case:
     for each front's own text field: ``input`` on OpenAI's route)."""
     refused_code: str | None = None
     """The error code every front gives a refused case."""
+    normalize: bool | None = None
+    ssml: bool | None = None
+    lexicons: tuple[str, ...] | None = None
+    """How the text is read (None: the front's default)."""
 
 
 CASES = [
@@ -88,6 +94,34 @@ CASES = [
         refused_code="invalid_input",
     ),
     Case("missing text", text=None, refused_field="text", refused_code="invalid_input"),
+    Case("digits as written", text="Room 101, please.", normalize=False),
+    Case("SSML", text='<speak>Hello <break time="300ms"/> world.</speak>'),
+    Case("SSML, said to be", text="<speak><s>Hello there.</s></speak>", ssml=True),
+    Case(
+        "SSML with nothing to speak",
+        text='<speak><break time="500ms"/></speak>',
+        refused_field="text",
+        refused_code="invalid_input",
+    ),
+    Case(
+        "malformed SSML",
+        text="<speak><s>Hello there.</speak>",
+        refused_field="text",
+        refused_code="invalid_input",
+    ),
+    Case(
+        "SSML voice unknown to the engine",
+        text='<speak><voice name="no-such-voice">Hello there.</voice></speak>',
+        refused_field="text",
+        refused_code="unknown_voice",
+    ),
+    Case("no lexicons", lexicons=()),
+    Case(
+        "unknown lexicon",
+        lexicons=("no-such-lexicon",),
+        refused_field="lexicons",
+        refused_code="invalid_input",
+    ),
     Case("text at the limit", text=AT_LIMIT),
     Case(
         "text over the limit",
@@ -146,6 +180,14 @@ def _drop_none(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _text_options(case: Case) -> dict[str, Any]:
+    """The case's text options as a JSON body's fields (unset ones left out)."""
+    options = _drop_none({"normalize": case.normalize, "ssml": case.ssml})
+    if case.lexicons is not None:
+        options["lexicons"] = list(case.lexicons)
+    return options
+
+
 def _refusal(status: int, body: dict[str, Any]) -> Outcome:
     assert 400 <= status < 500, (status, body)
     error = body["error"]
@@ -164,6 +206,7 @@ def rest_job(stack: Stack, case: Case) -> tuple[Outcome, str | None]:
             "speed": case.speed,
             "sample_rate_hz": case.sample_rate_hz,
             "format": "ogg",
+            **_text_options(case),
         }
     )
     response = httpx.post(f"{stack.api_url}/v1/jobs", json=body, headers=AUTH, timeout=30)
@@ -181,6 +224,7 @@ def openai_speech(stack: Stack, case: Case) -> Outcome:
             "speed": case.speed,
             "sample_rate_hz": case.sample_rate_hz,
             "response_format": "opus",
+            **_text_options(case),
         }
     )
     with httpx.stream(
@@ -199,6 +243,12 @@ async def grpc_synthesize(stack: Stack, case: Case) -> Outcome:
         speed=case.speed or 0.0,
         sample_rate_hz=case.sample_rate_hz or 0,
     )
+    if case.normalize is not None:
+        request.normalize = case.normalize
+    if case.ssml is not None:
+        request.ssml = case.ssml
+    if case.lexicons is not None:
+        request.lexicons.CopyFrom(pb.Lexicons(names=case.lexicons))
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
         call = pb_grpc.SpeechStub(channel).Synthesize(request, metadata=METADATA, timeout=30)
         try:
@@ -223,6 +273,7 @@ async def websocket_stream(stack: Stack, case: Case) -> Outcome:
             "voice": case.voice,
             "speed": case.speed,
             "sample_rate_hz": case.sample_rate_hz,
+            **_text_options(case),
         }
     )
     url = f"ws://127.0.0.1:{stack.api_port}/v1/stream"
@@ -337,3 +388,79 @@ def test_the_sdk_raises_what_the_server_said(stack: Stack) -> None:
             "voice",
         ), error
         assert error.permanent and "no-such-voice" in error.message
+
+
+# ---- how the text is read: one rule set on every front -------------------------------------
+
+HOUSE = {"entries": [{"graphemes": ["W3C"], "alias": "World Wide Web Consortium"}]}
+LEXICON_TEXT = "The W3C met on 2024-05-06."
+
+
+def _lane_requests(stack: Stack, after: bytes) -> list[dict[bytes, bytes]]:
+    """Stream requests the fronts queued since entry id ``after`` (the lane's own stream)."""
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        entries = cast(
+            "list[tuple[bytes, dict[bytes, bytes]]]",
+            client.xrange(REQUESTS_KEY.key(), min=b"(" + after),
+        )
+    finally:
+        client.close()
+    return [fields for _, fields in entries]
+
+
+def _last_lane_entry(stack: Stack) -> bytes:
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        last = cast("list[tuple[bytes, object]]", client.xrevrange(REQUESTS_KEY.key(), count=1))
+    finally:
+        client.close()
+    return last[0][0] if last else b"0-0"
+
+
+def test_a_tenant_s_lexicon_and_text_options_reach_every_front_alike(stack: Stack) -> None:
+    """The tenant's default lexicon applies wherever its text goes in (a job, gRPC, the
+    WebSocket, OpenAI's route) and ``POST /v1/text`` shows its effect; ``normalize: false``
+    and ``lexicons: []`` travel the same way; another tenant cannot use it."""
+    with stack.client() as client:
+        assert client.put("/v1/lexicons/house", json=HOUSE).status_code in (200, 201)
+        assert client.put("/v1/lexicons/house/default").status_code in (200, 204)
+        try:
+            shown = client.post("/v1/text", json={"text": LEXICON_TEXT}).json()
+            assert "World Wide Web Consortium" in shown["segments"][0]["text"]
+            assert "May sixth" in shown["segments"][0]["text"]
+            plain = client.post(
+                "/v1/text", json={"text": LEXICON_TEXT, "lexicons": [], "normalize": False}
+            ).json()
+            assert plain["segments"][0]["text"] == LEXICON_TEXT
+
+            job = client.post("/v1/jobs", json={"text": LEXICON_TEXT}).json()
+            assert job["lexicons"] == ["house"] and job["normalize"] is True
+            raw_job = client.post(
+                "/v1/jobs", json={"text": LEXICON_TEXT, "lexicons": [], "normalize": False}
+            ).json()
+            assert raw_job["lexicons"] == [] and raw_job["normalize"] is False
+
+            before = _last_lane_entry(stack)
+            case = Case("lexicon", text=LEXICON_TEXT)
+            raw = Case("raw", text=LEXICON_TEXT, normalize=False, lexicons=())
+            for outcome in (
+                asyncio.run(grpc_synthesize(stack, case)),
+                asyncio.run(websocket_stream(stack, case)),
+                openai_speech(stack, case),
+                asyncio.run(grpc_synthesize(stack, raw)),
+            ):
+                assert outcome.accepted, outcome
+            queued = _lane_requests(stack, before)
+            assert len(queued) == 4
+            for fields in queued[:3]:
+                assert fields[b"lexicon_names"] == b"house"
+                assert "World Wide Web Consortium" in fields[b"lexicon"].decode()
+                assert fields[b"normalize"] == b"1"
+            assert b"lexicon" not in queued[3] and queued[3][b"normalize"] == b"0"
+        finally:
+            client.delete("/v1/lexicons/house")
+    with stack.client(OTHER_KEY) as other:
+        refused = other.post("/v1/text", json={"text": LEXICON_TEXT, "lexicons": ["house"]})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == "lexicons"

@@ -45,6 +45,7 @@ from voicelane.core.lane.messages import (
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.settings import RealtimeSettings
+from voicelane.core.word_timings import MarkTiming, WordTiming
 from voicelane.workers.realtime_io import LaneIO
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,11 @@ class FakeWorkerKnobs:
     """What the worker fails with after ``error_after_events`` (sent as the worker sends it)."""
     trailing_caption: str | None = None
     """Caption (without audio) written just before ``end``."""
+    words: bool = False
+    """Time each word (run of non-spaces) of a sentence evenly over the sentence's audio and
+    send them with its first audio entry, as the worker sends an engine's word timings."""
+    trailing_marks: tuple[str, ...] = ()
+    """SSML marks reported with ``end`` (at the end of the audio)."""
 
 
 class _Stop(enum.Enum):
@@ -351,12 +357,15 @@ class FakeRealtimeWorker:
         packets = session.encoder.encode(_tone(session.request.sample_rate_hz, self.knobs))
         packets += session.encoder.flush()
         step = self.knobs.frames_per_event
+        words = _words(spoken, start, session.pts_ms, 20 * len(packets)) if self.knobs.words else ()
         for first in range(0, len(packets), step):
-            await self._audio(session, packets[first : first + step])
+            await self._audio(session, packets[first : first + step], words if first == 0 else ())
         session.sentence += 1
         return ""
 
-    async def _audio(self, session: _Session, packets: list[bytes]) -> None:
+    async def _audio(
+        self, session: _Session, packets: list[bytes], words: tuple[WordTiming, ...] = ()
+    ) -> None:
         knobs = self.knobs
         await self._write(
             session,
@@ -369,6 +378,7 @@ class FakeRealtimeWorker:
                 server_ts_ms=now_ms(),
                 client_ts_ms=session.request.client_ts_ms,
                 sentence=session.sentence,
+                words=words,
             ),
         )
         session.next_seq += 1
@@ -412,6 +422,7 @@ class FakeRealtimeWorker:
                 seq=session.next_seq,
                 pts_ms=session.pts_ms,
                 sentence=session.sentence,
+                marks=tuple(MarkTiming(name, session.pts_ms) for name in self.knobs.trailing_marks),
             ),
         )
 
@@ -425,3 +436,19 @@ def _tone(sample_rate_hz: int, knobs: FakeWorkerKnobs) -> PcmF32:
     t = np.arange(samples, dtype=np.float32) / np.float32(sample_rate_hz)
     tone: PcmF32 = (0.3 * np.sin(2 * np.pi * _TONE_HZ * t)).astype(np.float32)
     return tone
+
+
+def _words(sentence: str, start: int, pts_ms: int, duration_ms: int) -> tuple[WordTiming, ...]:
+    """The sentence's words (runs of non-spaces; spans in the whole text) over its audio."""
+    found = list(re.finditer(r"\S+", sentence))
+    each_ms = duration_ms // max(1, len(found))
+    return tuple(
+        WordTiming(
+            m.group(),
+            pts_ms + i * each_ms,
+            pts_ms + (i + 1) * each_ms,
+            start + m.start(),
+            start + m.end(),
+        )
+        for i, m in enumerate(found)
+    )

@@ -1,11 +1,12 @@
 """A stream's packets decoded to PCM (:class:`PcmAssembler`, with packet-loss concealment of
-pts gaps), the decoded result (:class:`SynthesisResult`), and writing it to a file
-atomically."""
+pts gaps), the decoded result (:class:`SynthesisResult`, with the stream's captions, word
+timings and SSML marks), and writing it to a file atomically."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,11 @@ class SynthesisResult:
     sample ``i``; ``len(pcm) == packets * frame - delay`` plus any concealed gap. ``chunks``
     and ``packets`` count what arrived; ``concealed_ms`` is audio filled in where the
     presentation timestamps jumped (a worker takeover, see DESIGN.md).
+
+    ``words`` (engines that know their word times, such as espeak) are the words of the
+    request's text in order, each with its span in the text and its time in ``pcm``
+    (``start_ms`` / 1000 * ``sample_rate_hz`` is its first sample); ``marks`` are the SSML
+    marks reached, with their times.
     """
 
     pcm: PcmF32
@@ -37,10 +43,33 @@ class SynthesisResult:
     captions: tuple[pb.Caption, ...]
     stats: StreamStats
     concealed_ms: int = 0
+    words: tuple[pb.Word, ...] = ()
+    marks: tuple[pb.MarkReached, ...] = ()
 
     @property
     def duration_s(self) -> float:
         return len(self.pcm) / self.sample_rate_hz
+
+    def words_json(self) -> list[dict[str, Any]]:
+        """The word timings as ``voicelane say --words`` writes them: ``[{"text",
+        "start_ms", "end_ms", "char_start", "char_end"}]``."""
+        return [words_entry(word) for word in self.words]
+
+    def marks_json(self) -> list[dict[str, Any]]:
+        """The SSML marks as ``voicelane say --marks`` writes them: ``[{"name",
+        "time_ms"}]``."""
+        return [{"name": mark.name, "time_ms": mark.time_ms} for mark in self.marks]
+
+
+def words_entry(word: pb.Word) -> dict[str, Any]:
+    """A word as JSON (the shape of ``voicelane say --words`` and the WebSocket)."""
+    return {
+        "text": word.text,
+        "start_ms": word.start_ms,
+        "end_ms": word.end_ms,
+        "char_start": word.char_start,
+        "char_end": word.char_end,
+    }
 
 
 class PcmAssembler:
@@ -55,10 +84,14 @@ class PcmAssembler:
         self.packets = 0
         self.concealed_ms = 0
         self.captions: list[pb.Caption] = []
+        self.words: list[pb.Word] = []
+        self.marks: list[pb.MarkReached] = []
 
     def add(self, chunk: pb.AudioChunk) -> None:
         self.chunks += 1
         self.captions.extend(chunk.captions)
+        self.words.extend(chunk.words)
+        self.marks.extend(chunk.marks)
         if not chunk.opus_packets:
             return
         self._conceal_gap(chunk.pts_ms - self._next_pts_ms)
@@ -90,6 +123,8 @@ class PcmAssembler:
             captions=tuple(self.captions),
             stats=stats,
             concealed_ms=self.concealed_ms,
+            words=tuple(self.words),
+            marks=tuple(self.marks),
         )
 
 

@@ -158,16 +158,32 @@ class SpeechClient:
         speed: float = 1.0,
         timeout_s: float | None = None,
         pace: bool = True,
+        normalize: bool | None = None,
+        ssml: bool | None = None,
+        lexicons: Sequence[str] | None = None,
     ) -> SynthesisStream:
-        """The raw chunks of one text, seq strictly increasing; retried and resumed.
+        """The raw chunks of one text, seq strictly increasing; retried and resumed. Each
+        chunk carries its captions and, for engines that know them, the word timings and
+        SSML marks (``chunk.words``, ``chunk.marks``; ``docs/grpc.md``).
 
         ``timeout_s`` (default: the client's ``default_timeout_s``) bounds the whole call,
         retries and resumes included. ``pace`` (default) has the server synthesise just
         ahead of playback, for a live player; ``pace=False`` renders as fast as it can.
+        How the text is read (``docs/text.md``; None: the server's default):
+        ``normalize=False`` speaks numbers and symbols as written, ``ssml`` says whether the
+        text is SSML (None: when it starts with ``<speak``), ``lexicons`` names the tenant's
+        pronunciation lexicons to apply (None: its default one; ``[]``: none).
         """
         request = pb.SynthesizeRequest(
             text=text, voice=voice, sample_rate_hz=sample_rate_hz, speed=speed, pace=pace
         )
+        if normalize is not None:
+            request.normalize = normalize
+        if ssml is not None:
+            request.ssml = ssml
+        if lexicons is not None:
+            request.lexicons.names.extend(lexicons)
+            request.lexicons.SetInParent()
         synthesis = Synthesis(
             self._require_pool(),
             self._metadata,
@@ -186,9 +202,13 @@ class SpeechClient:
         speed: float = 1.0,
         timeout_s: float | None = None,
         pace: bool = False,
+        normalize: bool | None = None,
+        ssml: bool | None = None,
+        lexicons: Sequence[str] | None = None,
     ) -> SynthesisResult:
-        """The text's audio decoded to mono float32 PCM (codec delay trimmed at the start);
-        file-style (not paced to playback) unless ``pace``."""
+        """The text's audio decoded to mono float32 PCM (codec delay trimmed at the start),
+        with its captions, word timings and SSML marks; file-style (not paced to playback)
+        unless ``pace``. The text options as for :meth:`synthesize`."""
         sample_rate_hz = sample_rate_hz or DEFAULT_SAMPLE_RATE_HZ
         assembler = PcmAssembler(sample_rate_hz)  # checks the rate before any call
         stream = self.synthesize(
@@ -198,6 +218,9 @@ class SpeechClient:
             speed=speed,
             timeout_s=timeout_s,
             pace=pace,
+            normalize=normalize,
+            ssml=ssml,
+            lexicons=lexicons,
         )
         async with stream:
             async for chunk in stream:
@@ -214,8 +237,12 @@ class SpeechClient:
         speed: float = 1.0,
         timeout_s: float | None = None,
         bitrate_bps: int | None = None,
+        normalize: bool | None = None,
+        ssml: bool | None = None,
+        lexicons: Sequence[str] | None = None,
     ) -> SynthesisResult:
-        """Synthesize and write ``path`` (format from its extension) atomically.
+        """Synthesize and write ``path`` (format from its extension) atomically; the result
+        has the word timings and marks too. The text options as for :meth:`synthesize`.
 
         The audio is written to a hidden temporary file beside ``path`` and renamed over it
         once complete: ``path`` is either untouched or the whole new file, never partial.
@@ -225,7 +252,14 @@ class SpeechClient:
         fmt = format_from_path(target)
         validate_sample_rate(fmt, sample_rate_hz)  # fail before speaking, not after
         result = await self.synthesize_pcm(
-            text, voice=voice, sample_rate_hz=sample_rate_hz, speed=speed, timeout_s=timeout_s
+            text,
+            voice=voice,
+            sample_rate_hz=sample_rate_hz,
+            speed=speed,
+            timeout_s=timeout_s,
+            normalize=normalize,
+            ssml=ssml,
+            lexicons=lexicons,
         )
         await asyncio.to_thread(
             write_atomically, target, fmt, sample_rate_hz, result.pcm, bitrate_bps

@@ -33,8 +33,13 @@ def say_to_file(
     secure: bool = False,
     root_certificates: bytes | None = None,
     retry: RetryPolicy = DEFAULT_RETRY,
+    normalize: bool | None = None,
+    ssml: bool | None = None,
+    lexicons: Sequence[str] | None = None,
 ) -> SynthesisResult:
     """Speak ``text`` on the server at ``target`` into ``path``; for scripts and the CLI.
+    The result has the stream's word timings and marks (``words_json()``, ``marks_json()``);
+    the text options as for :meth:`SpeechClient.synthesize`.
 
     Runs its own event loop (``asyncio.run``), so it cannot be called from async code.
     """
@@ -57,6 +62,9 @@ def say_to_file(
                 speed=speed,
                 timeout_s=timeout_s,
                 bitrate_bps=bitrate_bps,
+                normalize=normalize,
+                ssml=ssml,
+                lexicons=lexicons,
             )
 
     return asyncio.run(speak())

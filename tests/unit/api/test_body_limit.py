@@ -33,6 +33,8 @@ def test_limits_per_route() -> None:
     assert LIMITS("POST", "/v1/jobs") == 1000 + 64 * 1024
     assert LIMITS("POST", "/v1/audio/speech") == 500
     assert LIMITS("DELETE", "/v1/jobs/x") == LIMITS("POST", "/other") == 64 * 1024
+    assert LIMITS("PUT", "/v1/lexicons/brands") == 2 * 1024 * 1024
+    assert LIMITS("PUT", "/v1/lexicons/brands/default") == 64 * 1024
 
 
 def test_a_body_within_the_limit_passes() -> None:

@@ -64,11 +64,24 @@ def test_a_failure_leaves_no_file_at_all(
     assert list(out_dir.iterdir()) == []
 
 
-def test_words_through_a_server_is_refused_for_now(
+def test_words_through_an_unreachable_server_leave_no_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """``--server`` writes them too (tests/integration/test_stream_words.py); a stream that
+    fails leaves neither the audio nor them."""
     args = ["say", "Hi.", "-o", str(tmp_path / "a.wav"), "--words", str(tmp_path / "w.json")]
-    assert main([*args, "--server", "localhost:1", "--key", "k"]) == 2
-    err = capsys.readouterr().err
-    assert "--words" in err and "--server" in err
+    code = main(
+        [*args, "--marks", str(tmp_path / "m.json"), "--server", "127.0.0.1:1", "--key", "k"]
+    )
+    assert code != 0
+    assert "failed to connect" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_lexicon_file_is_refused_through_a_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["say", "Hi.", "-o", str(tmp_path / "a.wav"), "--lexicon", str(tmp_path / "x.pls")]
+    assert main([*args, "--server", "127.0.0.1:1", "--key", "k"]) == 2
+    assert "--lexicon" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []

@@ -14,10 +14,13 @@ import pytest
 from tests.support.fake_speech_server import API_KEY, FakeSpeechServer
 from tests.unit.client.helpers import FAST, TEXT, async_test, new_client, only_rendered, snr_db
 from voicelane.client import say_to_file
+from voicelane.client.audio import PcmAssembler
+from voicelane.client.stats import StreamStats
 from voicelane.common.audio import open_writer, probe
 from voicelane.common.audio.opus import FRAME_DURATION_MS, codec_delay_samples
 from voicelane.common.audio.pcm import PcmF32
 from voicelane.common.errors import RemoteError
+from voicelane.common.wire import speech_pb2 as pb
 
 # ---- decoding --------------------------------------------------------------------------------
 
@@ -127,3 +130,20 @@ async def test_say_to_file_runs_the_client_in_its_own_loop(tmp_path: Path) -> No
         )
     assert result.sample_rate_hz == 16000
     assert probe(path).duration_s == pytest.approx(result.duration_s, abs=0.001)
+
+
+def test_the_result_keeps_the_streams_words_and_marks_in_order() -> None:
+    word = pb.Word(text="$3.5M", char_start=7, char_end=12, start_ms=400, end_ms=2150)
+    assembler = PcmAssembler(24000)
+    assembler.add(pb.AudioChunk(seq=0, words=[pb.Word(text="I", end_ms=90), word]))
+    assembler.add(pb.AudioChunk(seq=1, final=True, marks=[pb.MarkReached(name="m", time_ms=9)]))
+    result = assembler.result(StreamStats())
+    assert [w.text for w in result.words] == ["I", "$3.5M"]
+    assert result.words_json()[1] == {
+        "text": "$3.5M",
+        "start_ms": 400,
+        "end_ms": 2150,
+        "char_start": 7,
+        "char_end": 12,
+    }
+    assert result.marks_json() == [{"name": "m", "time_ms": 9}]

@@ -4,7 +4,7 @@ against the fake Speech server (see helpers.py for the rules every test here fol
 from __future__ import annotations
 
 from tests.support.fake_speech_server import FakeSpeechServer
-from tests.unit.client.helpers import async_test, new_client
+from tests.unit.client.helpers import TEXT, async_test, new_client
 from voicelane.client import SpeechClient
 
 # ---- options ---------------------------------------------------------------------------------
@@ -39,3 +39,17 @@ async def test_list_voices_is_retried_and_typed() -> None:
 
 
 # ---- error type ------------------------------------------------------------------------------
+
+
+@async_test
+async def test_the_text_options_reach_the_request_only_when_given() -> None:
+    async with FakeSpeechServer() as server, new_client(server.target) as client:
+        await client.synthesize_pcm(TEXT)
+        await client.synthesize_pcm(TEXT, normalize=False, ssml=True, lexicons=[])
+        await client.synthesize_pcm(TEXT, lexicons=["names", "places"])
+    plain, chosen, named = server.synthesize_requests
+    assert not any(plain.HasField(f) for f in ("normalize", "ssml", "lexicons"))
+    assert chosen.HasField("normalize") and not chosen.normalize
+    assert chosen.HasField("ssml") and chosen.ssml
+    assert chosen.HasField("lexicons") and list(chosen.lexicons.names) == []  # none at all
+    assert list(named.lexicons.names) == ["names", "places"] and not named.HasField("ssml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voicelane.core.text_map import MapBuilder, identity
+from voicelane.core.text_map import MapBuilder, Mapped, concat, identity, replacement, sliced
 
 
 def test_a_replacement_maps_every_part_of_its_output_to_the_whole_source() -> None:
@@ -49,3 +49,40 @@ def test_out_of_order_ranges_are_refused() -> None:
 def test_identity_maps_one_to_one() -> None:
     mapped = identity("hello")
     assert mapped.source_span(1, 4) == (1, 4)
+
+
+def test_a_slice_keeps_its_map_to_the_source() -> None:
+    normalized = normalize_like("I paid $3 today")
+    part = sliced(normalized, 7, len(normalized.text))
+    assert part.text == "three dollars today"
+    assert part.source_span(0, 5) == (7, 9)  # "three" came from "$3"
+    assert part.source_span(14, 19) == (10, 15)  # "today" is exact
+
+
+def test_concatenated_rewrites_keep_each_part_s_map() -> None:
+    source = "hello $3 world"
+    parts = [
+        sliced(identity(source), 0, 6),
+        replacement("three dollars", 6, 8, len(source)),
+        sliced(identity(source), 8, len(source)),
+    ]
+    joined = concat(parts, len(source))
+    assert joined.text == "hello three dollars world"
+    assert joined.source_span(6, 19) == (6, 8)
+    assert joined.source_span(20, 25) == (9, 14)
+    assert joined.source_span(0, 5) == (0, 5)
+
+
+def test_an_empty_replacement_is_nothing() -> None:
+    assert replacement("", 3, 5, 10).text == ""
+    assert concat([replacement("", 3, 5, 10)], 10).pieces == ()
+
+
+def normalize_like(source: str) -> Mapped:
+    """``$3`` → ``three dollars``, the rest kept (what normalization does, by hand)."""
+    builder = MapBuilder(source)
+    start = source.index("$3")
+    builder.keep(0, start)
+    builder.replace(start, start + 2, "three dollars")
+    builder.keep(start + 2, len(source))
+    return builder.build()

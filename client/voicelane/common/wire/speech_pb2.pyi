@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "sample_rate_hz", "request_id", "client_ts_ms", "speed", "resume_after_seq", "pace")
+    __slots__ = ("text", "voice", "sample_rate_hz", "request_id", "client_ts_ms", "speed", "resume_after_seq", "pace", "normalize", "ssml", "lexicons")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,9 @@ class SynthesizeRequest(_message.Message):
     SPEED_FIELD_NUMBER: _ClassVar[int]
     RESUME_AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     PACE_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    SSML_FIELD_NUMBER: _ClassVar[int]
+    LEXICONS_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     sample_rate_hz: int
@@ -24,7 +27,16 @@ class SynthesizeRequest(_message.Message):
     speed: float
     resume_after_seq: int
     pace: bool
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., request_id: _Optional[str] = ..., client_ts_ms: _Optional[int] = ..., speed: _Optional[float] = ..., resume_after_seq: _Optional[int] = ..., pace: _Optional[bool] = ...) -> None: ...
+    normalize: bool
+    ssml: bool
+    lexicons: Lexicons
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., request_id: _Optional[str] = ..., client_ts_ms: _Optional[int] = ..., speed: _Optional[float] = ..., resume_after_seq: _Optional[int] = ..., pace: _Optional[bool] = ..., normalize: _Optional[bool] = ..., ssml: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ...) -> None: ...
+
+class Lexicons(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Caption(_message.Message):
     __slots__ = ("text", "start", "end", "pts_ms", "sentence")
@@ -40,8 +52,30 @@ class Caption(_message.Message):
     sentence: int
     def __init__(self, text: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., pts_ms: _Optional[int] = ..., sentence: _Optional[int] = ...) -> None: ...
 
+class Word(_message.Message):
+    __slots__ = ("text", "char_start", "char_end", "start_ms", "end_ms")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CHAR_START_FIELD_NUMBER: _ClassVar[int]
+    CHAR_END_FIELD_NUMBER: _ClassVar[int]
+    START_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    char_start: int
+    char_end: int
+    start_ms: int
+    end_ms: int
+    def __init__(self, text: _Optional[str] = ..., char_start: _Optional[int] = ..., char_end: _Optional[int] = ..., start_ms: _Optional[int] = ..., end_ms: _Optional[int] = ...) -> None: ...
+
+class MarkReached(_message.Message):
+    __slots__ = ("name", "time_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    time_ms: int
+    def __init__(self, name: _Optional[str] = ..., time_ms: _Optional[int] = ...) -> None: ...
+
 class AudioChunk(_message.Message):
-    __slots__ = ("request_id", "seq", "opus_packets", "pts_ms", "sample_rate_hz", "server_ts_ms", "client_ts_ms", "final", "captions")
+    __slots__ = ("request_id", "seq", "opus_packets", "pts_ms", "sample_rate_hz", "server_ts_ms", "client_ts_ms", "final", "captions", "words", "marks")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     OPUS_PACKETS_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +85,8 @@ class AudioChunk(_message.Message):
     CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
     CAPTIONS_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     seq: int
     opus_packets: _containers.RepeatedScalarFieldContainer[bytes]
@@ -60,19 +96,25 @@ class AudioChunk(_message.Message):
     client_ts_ms: int
     final: bool
     captions: _containers.RepeatedCompositeFieldContainer[Caption]
-    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., opus_packets: _Optional[_Iterable[bytes]] = ..., pts_ms: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., server_ts_ms: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., final: _Optional[bool] = ..., captions: _Optional[_Iterable[_Union[Caption, _Mapping]]] = ...) -> None: ...
+    words: _containers.RepeatedCompositeFieldContainer[Word]
+    marks: _containers.RepeatedCompositeFieldContainer[MarkReached]
+    def __init__(self, request_id: _Optional[str] = ..., seq: _Optional[int] = ..., opus_packets: _Optional[_Iterable[bytes]] = ..., pts_ms: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., server_ts_ms: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., final: _Optional[bool] = ..., captions: _Optional[_Iterable[_Union[Caption, _Mapping]]] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., marks: _Optional[_Iterable[_Union[MarkReached, _Mapping]]] = ...) -> None: ...
 
 class ConverseStart(_message.Message):
-    __slots__ = ("voice", "sample_rate_hz", "speed", "client_ts_ms")
+    __slots__ = ("voice", "sample_rate_hz", "speed", "client_ts_ms", "normalize", "lexicons")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     SPEED_FIELD_NUMBER: _ClassVar[int]
     CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    LEXICONS_FIELD_NUMBER: _ClassVar[int]
     voice: str
     sample_rate_hz: int
     speed: float
     client_ts_ms: int
-    def __init__(self, voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., speed: _Optional[float] = ..., client_ts_ms: _Optional[int] = ...) -> None: ...
+    normalize: bool
+    lexicons: Lexicons
+    def __init__(self, voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., speed: _Optional[float] = ..., client_ts_ms: _Optional[int] = ..., normalize: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ...) -> None: ...
 
 class Flush(_message.Message):
     __slots__ = ()
@@ -131,7 +173,7 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ("messages", "model", "voice", "sample_rate_hz", "client_ts_ms", "system", "speed")
+    __slots__ = ("messages", "model", "voice", "sample_rate_hz", "client_ts_ms", "system", "speed", "normalize", "lexicons")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +181,8 @@ class ChatRequest(_message.Message):
     CLIENT_TS_MS_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_FIELD_NUMBER: _ClassVar[int]
     SPEED_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    LEXICONS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     model: str
     voice: str
@@ -146,7 +190,9 @@ class ChatRequest(_message.Message):
     client_ts_ms: int
     system: str
     speed: float
-    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., model: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., system: _Optional[str] = ..., speed: _Optional[float] = ...) -> None: ...
+    normalize: bool
+    lexicons: Lexicons
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., model: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., client_ts_ms: _Optional[int] = ..., system: _Optional[str] = ..., speed: _Optional[float] = ..., normalize: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ...) -> None: ...
 
 class ChatStats(_message.Message):
     __slots__ = ("prompt_tokens", "reply_tokens", "prompt_eval_ms", "eval_ms", "total_ms", "load_ms", "time_to_first_token_ms", "time_to_first_audio_ms", "done_reason", "model", "trimmed_messages", "spoken_text")

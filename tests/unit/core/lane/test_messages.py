@@ -28,6 +28,7 @@ from voicelane.core.lane.messages import (
     pack_packets,
     unpack_packets,
 )
+from voicelane.core.word_timings import MarkTiming, WordTiming
 
 
 def as_stored(fields: dict[str, bytes | str]) -> dict[bytes, bytes]:
@@ -65,6 +66,31 @@ EVENTS = [
     pytest.param(OutputEvent(EventKind.END, seq=9, pts_ms=1800, sentence=5), id="end"),
     pytest.param(
         OutputEvent(
+            EventKind.AUDIO,
+            seq=1,
+            data=(b"\xf8\xff\xfe",),
+            pts_ms=20,
+            sentence=0,
+            words=(
+                WordTiming("$3.5M", 7, 912, 7, 12),
+                WordTiming("你好", 950, 1210, 13, 15),
+            ),
+            marks=(MarkTiming("intro", 7),),
+        ),
+        id="audio-words-marks",
+    ),
+    pytest.param(
+        OutputEvent(
+            EventKind.END,
+            seq=9,
+            pts_ms=1800,
+            details='{"warnings": []}',
+            marks=(MarkTiming("after-the-last-word", 1790), MarkTiming("é", 1790)),
+        ),
+        id="end-trailing-marks",
+    ),
+    pytest.param(
+        OutputEvent(
             EventKind.ERROR,
             seq=2,
             error=WireError(
@@ -90,6 +116,33 @@ EVENTS = [
 @pytest.mark.parametrize("event", EVENTS)
 def test_an_output_event_reads_back_as_written(event: OutputEvent) -> None:
     assert round_trip(event) == event
+
+
+def test_an_audio_entry_of_the_previous_release_reads_with_no_words_or_marks() -> None:
+    old = {
+        b"kind": b"audio",
+        b"seq": b"3",
+        b"data": pack_packets([b"\xf8\xff\xfe"]),
+        b"pts_ms": b"60",
+        b"sample_rate_hz": b"24000",
+        b"server_ts_ms": b"1",
+        b"client_ts_ms": b"2",
+        b"sentence": b"0",
+    }
+    event = OutputEvent.from_fields(old)
+    assert event.seq == 3 and event.data == (b"\xf8\xff\xfe",) and event.pts_ms == 60
+    assert event.words == () and event.marks == ()
+    caption = OutputEvent.from_fields({b"kind": b"caption", b"seq": b"0", b"text": b"Hi."})
+    assert caption.text == "Hi." and caption.words == () and caption.marks == ()
+
+
+def test_words_and_marks_are_written_only_when_there_are_some() -> None:
+    assert "words" not in OutputEvent(EventKind.AUDIO).to_fields()
+    assert "marks" not in OutputEvent(EventKind.END).to_fields()
+    fields = OutputEvent(EventKind.AUDIO, words=(WordTiming("a", 0, 5, 0, 1),)).to_fields()
+    assert fields["words"] == (
+        '[{"text": "a", "start_ms": 0, "end_ms": 5, "char_start": 0, "char_end": 1}]'
+    )
 
 
 def test_an_error_event_carries_the_typed_error_whole() -> None:
