@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import grpc
 import httpx
@@ -398,26 +400,39 @@ HOUSE = {"entries": [{"graphemes": ["W3C"], "alias": "World Wide Web Consortium"
 LEXICON_TEXT = "The W3C met on 2024-05-06."
 
 
-def _lane_requests(stack: Stack, after: bytes) -> list[dict[bytes, bytes]]:
-    """Stream requests the fronts queued since entry id ``after`` (the lane's own stream)."""
-    client = redis.Redis.from_url(stack.redis_url)
-    try:
-        entries = cast(
-            "list[tuple[bytes, dict[bytes, bytes]]]",
-            client.xrange(REQUESTS_KEY.key(), min=b"(" + after),
-        )
-    finally:
-        client.close()
-    return [fields for _, fields in entries]
+class LaneRequests:
+    """Stream requests as the fronts queue them: the raw ``XADD`` lines Redis's ``MONITOR``
+    shows for the lane's request stream (its entries are trimmed once served, so they cannot
+    be read back later)."""
 
+    def __init__(self, stack: Stack) -> None:
+        self._url = stack.redis_url
+        self._client = redis.Redis.from_url(self._url)
+        self._token = f"stop-{uuid.uuid4().hex}"
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._watch, daemon=True)
 
-def _last_lane_entry(stack: Stack) -> bytes:
-    client = redis.Redis.from_url(stack.redis_url)
-    try:
-        last = cast("list[tuple[bytes, object]]", client.xrevrange(REQUESTS_KEY.key(), count=1))
-    finally:
-        client.close()
-    return last[0][0] if last else b"0-0"
+    def __enter__(self) -> LaneRequests:
+        self._monitor = self._client.monitor().__enter__()  # type: ignore[no-untyped-call]
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        other = redis.Redis.from_url(self._url)
+        other.echo(self._token)  # the watcher's cue to stop
+        other.close()
+        self._thread.join(10)
+        self._client.close()
+
+    def _watch(self) -> None:
+        wanted = f'"XADD" "{REQUESTS_KEY.key()}"'
+        while True:
+            raw = self._monitor.connection.read_response()
+            line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            if self._token in line:
+                return
+            if wanted in line:
+                self.lines.append(line)
 
 
 def test_a_tenant_s_lexicon_and_text_options_reach_every_front_alike(stack: Stack) -> None:
@@ -450,23 +465,22 @@ def test_a_tenant_s_lexicon_and_text_options_reach_every_front_alike(stack: Stac
             ).json()
             assert raw_job["lexicons"] == [] and raw_job["normalize"] is False
 
-            before = _last_lane_entry(stack)
             case = Case("lexicon", text=LEXICON_TEXT)
             raw = Case("raw", text=LEXICON_TEXT, normalize=False, lexicons=())
-            for outcome in (
-                asyncio.run(grpc_synthesize(stack, case)),
-                asyncio.run(websocket_stream(stack, case)),
-                openai_speech(stack, case),
-                asyncio.run(grpc_synthesize(stack, raw)),
-            ):
-                assert outcome.accepted, outcome
-            queued = _lane_requests(stack, before)
+            with LaneRequests(stack) as lane:
+                for outcome in (
+                    asyncio.run(grpc_synthesize(stack, case)),
+                    asyncio.run(websocket_stream(stack, case)),
+                    openai_speech(stack, case),
+                    asyncio.run(grpc_synthesize(stack, raw)),
+                ):
+                    assert outcome.accepted, outcome
+            queued = lane.lines
             assert len(queued) == 4
-            for fields in queued[:3]:
-                assert fields[b"lexicon_names"] == b"house"
-                assert "World Wide Web Consortium" in fields[b"lexicon"].decode()
-                assert fields[b"normalize"] == b"1"
-            assert b"lexicon" not in queued[3] and queued[3][b"normalize"] == b"0"
+            for line in queued[:3]:
+                assert '"lexicon_names" "house"' in line and '"normalize" "1"' in line
+                assert "World Wide Web Consortium" in line
+            assert '"lexicon"' not in queued[3] and '"normalize" "0"' in queued[3]
         finally:
             client.delete("/v1/lexicons/house")
     with stack.client(OTHER_KEY) as other:
