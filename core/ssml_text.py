@@ -4,14 +4,15 @@
 column when it cannot) into items in reading order; here they become
 :class:`~voicelane.core.text_blocks.Block` objects: consecutive speech with one voicing is a
 block, a ``break`` ends a block with its exact pause, ``</s>`` and ``</p>`` end one (``</p>``
-a paragraph), a ``mark`` is a run of its own, placed between the words around it.
+a paragraph), a ``mark`` is a run of its own, placed between the words around it. Line breaks in the
+document are layout: sentences end at ``</s>``, ``</p>`` and punctuation, never at a line end.
 """
 
 from __future__ import annotations
 
 from voicelane.core.ssml import Boundary, Break, Mark, Speech, SsmlWarning, read_ssml
 from voicelane.core.text_blocks import Block, Run
-from voicelane.core.text_map import Mapped
+from voicelane.core.text_map import MapBuilder, Mapped
 
 __all__ = ["ssml_blocks"]
 
@@ -35,7 +36,8 @@ def ssml_blocks(source: str, *, field: str = "text") -> tuple[list[Block], tuple
                     current = flush()
                 current.voicing = item.voicing
             phonemes = item.phonemes.ipa if item.phonemes is not None else None
-            current.runs.append(Run(item.mapped, verbatim=item.verbatim, phonemes=phonemes))
+            mapped = _one_line(item.mapped)
+            current.runs.append(Run(mapped, verbatim=item.verbatim, phonemes=phonemes))
         elif isinstance(item, Break):
             current.pause_after_ms = (current.pause_after_ms or 0) + item.time_ms
             current = flush()
@@ -50,3 +52,20 @@ def ssml_blocks(source: str, *, field: str = "text") -> tuple[list[Block], tuple
     if blocks:
         blocks[-1].paragraph_end = True
     return blocks, document.warnings
+
+
+def _one_line(mapped: Mapped) -> Mapped:
+    """Line breaks in a document are layout, not sentence ends (those come from ``<s>``,
+    ``<p>`` and punctuation): each becomes a space."""
+    text = mapped.text
+    if "\n" not in text and "\r" not in text:
+        return mapped
+    builder = MapBuilder(text)
+    position = 0
+    for index, char in enumerate(text):
+        if char in "\r\n":
+            builder.keep(position, index)
+            builder.replace(index, index + 1, " ")
+            position = index + 1
+    builder.keep(position, len(text))
+    return mapped.then(builder.build())
