@@ -292,6 +292,7 @@ def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
             speed=args.speed,
             normalize=None if args.normalize else False,
             ssml=True if args.ssml else None,
+            lexicons=_lexicon_names(args),
         )
         if words_part is not None:
             _write_json(words_part, result.words_json())
@@ -302,6 +303,14 @@ def _say_remote(args: argparse.Namespace, api_key: str, text: str) -> int:
     duration_s = len(result.pcm) / result.sample_rate_hz
     print(f"{args.output}: {duration_s:.2f} s of audio streamed from {args.server}{first}")
     return 0
+
+
+def _lexicon_names(args: argparse.Namespace) -> list[str] | None:
+    """``--lexicons a,b`` (the tenant's lexicons on the server; ``""``: none), or None: the
+    tenant's default lexicon."""
+    if args.lexicons is None:
+        return None
+    return [name.strip() for name in args.lexicons.split(",") if name.strip()]
 
 
 def _cmd_chat(args: argparse.Namespace, cli: CliSettings) -> int:
@@ -426,6 +435,11 @@ def _cmd_jobs_submit(args: argparse.Namespace, cli: CliSettings) -> int:
         voice=args.voice,
         fmt=args.format,
         timeout_s=args.timeout,
+        text_fields={
+            "normalize": None if args.normalize else False,
+            "ssml": True if args.ssml else None,
+            "lexicons": _lexicon_names(args),
+        },
     )
 
 
@@ -438,6 +452,7 @@ def _submit_and_fetch(
     voice: str | None,
     fmt: str | None,
     timeout_s: float,
+    text_fields: dict[str, Any] | None = None,
 ) -> int:
     """Submit ``source`` as a job, show its progress, print its link, download it."""
     from voicelane.client import JobsClient
@@ -447,7 +462,7 @@ def _submit_and_fetch(
     text = decode_text(source.read_bytes(), max_chars=10_000_000, source=str(source))
     client = JobsClient(server, api_key)
     try:
-        job = client.submit(text, voice=voice, format=fmt)
+        job = client.submit(text, voice=voice, format=fmt, **(text_fields or {}))
         print(f"submitted job {job['id']} ({job['characters']} characters)")
         job = client.wait(job["id"], timeout_s=timeout_s, out=sys.stderr)
         if job["state"] != "done":
@@ -507,6 +522,15 @@ def _add_text_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_lexicon_names(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lexicons",
+        metavar="NAMES",
+        help='through a server: the tenant\'s lexicons to apply, comma-separated ("": none); '
+        "default: the tenant's default lexicon",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Self-hosted speech rendering.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -532,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output_options(say)
     say.add_argument("--server", metavar="HOST:PORT", help="stream through a gRPC front")
     say.add_argument("--key", help="API key for --server (default: $VOICELANE_API_KEY)")
+    _add_lexicon_names(say)
     say.set_defaults(handler=_cmd_say)
 
     chat = commands.add_parser(
@@ -603,6 +628,16 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--voice")
     submit.add_argument("--format")
     submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait")
+    submit.add_argument(
+        "--no-normalize",
+        dest="normalize",
+        action="store_false",
+        help="hand numbers, dates and symbols to the engine as written (docs/text.md)",
+    )
+    submit.add_argument(
+        "--ssml", action="store_true", help="the file is SSML (default: when it starts <speak)"
+    )
+    _add_lexicon_names(submit)
     submit.set_defaults(handler=_cmd_jobs_submit)
     return parser
 

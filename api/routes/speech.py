@@ -15,9 +15,11 @@ the client leaves early.
     front reads them: :mod:`voicelane.api.text_options`; ``pace``: true, the default,
     synthesises just ahead of playback; false renders as fast as it can). The server answers
     ``{"type": "start", "request_id"}``; then per chunk a JSON ``{"type": "audio", "seq",
-    "pts_ms", "packets": N, "server_ts_ms", "client_ts_ms", "captions": [...]}`` followed by
-    N binary messages, one 20 ms Opus packet each; then ``{"type": "end", "seq", "pts_ms"}``
-    and a normal close. **Chat** (an LLM's reply, spoken): send ``{"messages": [{"role",
+    "pts_ms", "packets": N, "server_ts_ms", "client_ts_ms", "captions": [...], "words":
+    [...], "marks": [...]}`` followed by N binary messages, one 20 ms Opus packet each; then
+    ``{"type": "end", "seq", "pts_ms", "captions", "words", "marks"}`` (what rode on the final
+    chunk) and a normal close (:mod:`voicelane.api.ws_messages`; ``docs/api.md``, WebSocket
+    messages). **Chat** (an LLM's reply, spoken): send ``{"messages": [{"role",
     "content"}, ...], "model"?, "system"?, "voice"?, ...}`` instead of ``text``; the server
     answers ``start``, then ``{"type": "text", "delta"}`` as the LLM writes (markup included),
     audio messages as above (captions of the spoken text), ``{"type": "stats", ...}`` (the

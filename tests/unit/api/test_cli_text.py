@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,44 @@ def test_bad_input_exits_2_with_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "fields"),
+    [
+        ([], {}),
+        (["--no-normalize", "--ssml"], {"normalize": False, "ssml": True}),
+        (["--lexicons", "house, names"], {"lexicons": ["house", "names"]}),
+        (["--lexicons", ""], {"lexicons": []}),
+    ],
+)
+def test_jobs_submit_sends_the_text_options(
+    flags: list[str],
+    fields: dict[str, object],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """What the REST body's ``normalize``, ``ssml`` and ``lexicons`` get from the flags (unset
+    flags send nothing: the server's defaults, the tenant's default lexicon)."""
+    import voicelane.client
+    from voicelane.common.errors import UnavailableError
+
+    sent: list[dict[str, object]] = []
+
+    class Jobs:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def submit(self, _text: str, **options: object) -> dict[str, object]:
+            sent.append({k: v for k, v in options.items() if v is not None})
+            raise UnavailableError("stand-in: no server")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(voicelane.client, "JobsClient", Jobs)
+    source = tmp_path / "in.txt"
+    source.write_text("Hello.")
+    assert main(["jobs", "submit", str(source), "--key", "k", *flags]) != 0
+    (body,) = sent
+    assert {k: v for k, v in body.items() if k not in ("voice", "format")} == fields
