@@ -87,9 +87,14 @@ def normalize_text(text: str, *, lang: Lang = "auto") -> Mapped:
                 tail = text[start - 1]
             # Words need spaces around them in Latin text: "5km" -> "five km".
             spoken = words
-            if spoken and not is_han(spoken[0]) and _latin_alnum(tail):
+            if spoken.strip() and not is_han(spoken[0]) and _latin_alnum(tail):
                 spoken = " " + spoken
-            if spoken and not is_han(spoken[-1]) and end < len(text) and _latin_alnum(text[end]):
+            if (
+                spoken.strip()
+                and not is_han(spoken[-1])
+                and end < len(text)
+                and _latin_alnum(text[end])
+            ):
                 spoken += " "
             builder.replace(start, end, spoken)
             tail = spoken[-1] if spoken else tail

@@ -37,6 +37,7 @@ from voicelane.core.normalize.tables import (
     UNICODE_FRACTIONS,
     UNITS,
     VERSION_CUES,
+    YEN_CUES,
     YUAN_CUES,
     YUAN_EN,
     ZH_LIANG_AFTER,
@@ -72,6 +73,9 @@ _PHONE_BEFORE_ZH = re.compile(
 _CAPITALIZED_BEFORE = re.compile(r"(?<![A-Za-z])[A-Z][A-Za-z'’-]*,?[ \u00a0]$")
 _SENTENCE_END_AFTER = re.compile(r"[ \u00a0]*(?:$|[\r\n]|[ \u00a0][A-Z\u3400-\u9fff])")
 _ROUND_RANGE = re.compile(r"(\d{3,4})-(\d{4})")
+_CURRENCY_CUE = re.compile(
+    r"\b(?:" + "|".join(re.escape(c) for c in (*YUAN_CUES, *YEN_CUES)) + r")\b"
+)
 _MINUS_AFTER = re.compile(r"[ \u00a0]?[$€£¥]?\d+(?:\.\d+)?[ \u00a0]?[=＝]")
 
 
@@ -259,6 +263,17 @@ def _decade(m: re.Match[str], text: str, zh: bool) -> str:
 # --- money, percentages, fractions, units ------------------------------------------------------
 
 
+def _is_yuan(text: str, at: int) -> bool:
+    """A ``¥`` at ``at`` is a yuan: the nearest currency cue within 80 characters says so."""
+    lo = max(0, at - 80)
+    nearest: tuple[int, bool] | None = None
+    for cue in _CURRENCY_CUE.finditer(text, lo, at + 80):
+        distance = abs(cue.start() - at)
+        if nearest is None or distance < nearest[0]:
+            nearest = (distance, cue.group() in YUAN_CUES)
+    return nearest is not None and nearest[1]
+
+
 def _money(m: re.Match[str], text: str, zh: bool) -> str:
     currency, amount, scale = m.group("cur"), m.group("mn"), m.group("scale") or ""
     key = scale.lower()[:1] if len(scale) == 1 else scale.lower()
@@ -266,10 +281,8 @@ def _money(m: re.Match[str], text: str, zh: bool) -> str:
         liang = not scale
         return _zh_number(amount, liang=liang) + SCALE_ZH.get(key, "") + CURRENCY_ZH[currency]
     names = CURRENCY_EN[currency]
-    if currency == "¥":
-        window = text[max(0, m.start() - 80) : m.end() + 80]
-        if any(cue in window for cue in YUAN_CUES):
-            names = YUAN_EN
+    if currency == "¥" and _is_yuan(text, m.start()):
+        names = YUAN_EN
     one, many, sub_one, sub_many = names
     whole, _, fraction = amount.replace(",", "").partition(".")
     if scale:
@@ -369,6 +382,16 @@ def _roman(m: re.Match[str]) -> list[Replacement]:
     return [(m.start("rn"), m.end("rn"), words)]
 
 
+def _after_name(text: str, at: int) -> bool:
+    """A capitalized word that does not open the sentence ends right before ``at`` (``on
+    Main St.``, not ``Visit St. Louis``)."""
+    word = _CAPITALIZED_BEFORE.search(text, max(0, at - 30), at)
+    if word is None:
+        return False
+    opening = text[max(0, word.start() - 3) : word.start()].rstrip(" \u00a0\"“'‘(")
+    return bool(opening) and opening[-1] not in ".!?。！？\n"
+
+
 def _ends_sentence(text: str, end: int) -> bool:
     return _SENTENCE_END_AFTER.match(text, end) is not None
 
@@ -376,14 +399,16 @@ def _ends_sentence(text: str, end: int) -> bool:
 def _abbreviation(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
     kind = m.lastgroup
     if kind == "abefore":
-        key = m.group("abt")
-        if not m.group("abtdot") and key not in ("Mr", "Mrs", "Ms", "Dr", "St", "Mt"):
+        key, dot = m.group("abt"), m.group("abtdot")
+        if not dot and key not in ("Mr", "Mrs", "Ms", "Dr", "St", "Mt"):
             return []
+        if dot and key in ABBREVIATIONS_AFTER_NAME and _after_name(text, m.start()):
+            end = m.end() - 1 if _ends_sentence(text, m.end()) else m.end()
+            return [(m.start(), end, ABBREVIATIONS_AFTER_NAME[key])]  # Elm St. Then
         return [(m.start(), m.end(), ABBREVIATIONS_BEFORE_NAME[key])]
     if kind == "aafter":
         key = m.group("aat")
-        before = text[max(0, m.start() - 30) : m.start()]
-        if not _CAPITALIZED_BEFORE.search(before):
+        if not _after_name(text, m.start()):
             return []
         end = m.end() - 1 if _ends_sentence(text, m.end()) else m.end()
         return [(m.start(), end, ABBREVIATIONS_AFTER_NAME[key])]
@@ -434,7 +459,7 @@ def _slash(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
     a = word_before.group() if word_before else ""
     b = word_after.group() if word_after else ""
     pair = f"{a}/{b}".lower()
-    special = {"w/o": "without", "c/o": "care of", "n/a": "not applicable"}
+    special = {"w/o": "without", "c/o": "care of", "n/a": "not applicable", "and/or": "and or"}
     if pair in special:
         return [(start - len(a), end + len(b), special[pair])]
     if a.isupper() and b.isupper():
@@ -523,6 +548,13 @@ _SIMPLE: dict[str, Callable[[re.Match[str], str, bool], str]] = {
     "power": _power,
     "number": _number,
     "range": _range,
+    "ratio": lambda m, text, zh: "比" if zh else "to",
+    "feet": lambda m, text, zh: (
+        f"{zh_cardinal(m.group('ft'))}英尺{zh_cardinal(m.group('inch'))}英寸"
+        if zh
+        else f"{en_cardinal(m.group('ft'))} {'foot' if m.group('ft') == '1' else 'feet'} "
+        f"{en_cardinal(m.group('inch'))} {'inch' if m.group('inch') == '1' else 'inches'}"
+    ),
     "compare": lambda m, text, zh: _compare(m, zh),
     "hashtag": lambda m, text, zh: "话题" if zh else "hashtag",
     "numsign": lambda m, text, zh: "第" if zh else "number",

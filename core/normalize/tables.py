@@ -222,7 +222,7 @@ ABBREVIATIONS_ANYWHERE = {
 """Read as words wherever they stand (with their period)."""
 
 ABBREVIATIONS_BEFORE_NUMBER = {
-    "No": ("number", "第"), "no": ("number", "第"), "Nos": ("numbers", "第"),
+    "No": ("number", "第"), "Nos": ("numbers", "第"),
     "Vol": ("volume", "第"), "vol": ("volume", "第"), "Ch": ("chapter", "第"),
     "ch": ("chapter", "第"), "Fig": ("figure", "图"), "fig": ("figure", "图"),
     "p": ("page", "第"), "pp": ("pages", "第"), "Sec": ("section", "第"),
@@ -250,7 +250,7 @@ ROMAN_REGNAL_NAMES = (
     "Frederick", "Philip", "Ferdinand", "Ludwig", "Nicholas", "Ivan", "Constantine",
     "Ramesses", "Ramses", "Rameses", "Amenhotep", "Thutmose", "Wilhelm", "Gustav", "Carl",
     "Olaf", "Harald", "Haakon", "Felipe", "Juan Carlos", "Francis", "Sixtus", "Boniface",
-    "Otto", "Rudolf", "Leopold", "Stephen", "Malcolm", "David", "Robert", "Alfonso", "Pedro",
+    "Otto", "Rudolf", "Leopold", "Stephen", "David", "Robert", "Alfonso", "Pedro",
     "Manuel", "Christian", "Frederik", "Rama", "Selim", "Mehmed", "Suleiman", "Murad",
 )  # fmt: skip
 """Before a Roman numeral other than ``I`` (``Henry VIII`` → ``Henry the eighth``); ``I``
@@ -300,4 +300,7 @@ YUAN_CUES = (
     "China", "Chinese", "Beijing", "Shanghai", "Shenzhen", "Guangzhou", "yuan", "RMB", "CNY",
     "renminbi", "Hangzhou", "Chengdu", "Taobao", "Alipay", "WeChat",
 )  # fmt: skip
-"""Words near a ``¥`` in English that make it a yuan."""
+"""Words near a ``¥`` in English that make it a yuan (the nearer of these and
+:data:`YEN_CUES` decides; a yen without either)."""
+
+YEN_CUES = ("Japan", "Japanese", "Tokyo", "Osaka", "Kyoto", "yen", "JPY")
