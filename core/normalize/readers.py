@@ -93,8 +93,10 @@ def _language(text: str, start: int, end: int, lang: Lang) -> bool:
     right = _LETTER.search(text, end, end + _CONTEXT)
     if right and right.start() <= end + 1 and is_han(right.group()):
         return True
-    glued = _GLUED.search(text, max(0, start - _CONTEXT), start)
-    edge = glued.start() if glued else start
+    edge = start
+    if start and text[start - 1].isascii() and text[start - 1].isalnum():
+        glued = _GLUED.search(text, max(0, start - _CONTEXT), start)
+        edge = glued.start() if glued else start
     left = _LAST_LETTER.match(text, max(0, edge - _CONTEXT), edge)
     near = left.group(1) if left else (right.group() if right else "")
     return bool(near) and is_han(near)

@@ -44,7 +44,7 @@ SYMBOL_EN = {
     "<=": "less than or equal to", ">=": "greater than or equal to", "§": "section",
     "©": "copyright", "®": "registered", "™": "trademark", "№": "number",
     "℃": "degrees Celsius", "℉": "degrees Fahrenheit", "$": "dollars", "€": "euros",
-    "£": "pounds", "¥": "yen", "^": "caret", "\\": "backslash", "|": "bar",
+    "£": "pounds", "¥": "yen", "¢": "cents", "^": "caret", "\\": "backslash", "|": "bar",
 }  # fmt: skip
 SYMBOL_ZH = {
     "&": "和", "＆": "和", "+": "加", "＋": "加", "=": "等于", "＝": "等于", "@": "艾特",
@@ -54,7 +54,7 @@ SYMBOL_ZH = {
     "‰": "千分号", "±": "正负", "≈": "约等于", "≠": "不等于", "≤": "小于等于",
     "≥": "大于等于", "<": "小于", ">": "大于", "<=": "小于等于", ">=": "大于等于",
     "§": "第", "©": "版权", "®": "注册商标", "™": "商标", "№": "号", "℃": "摄氏度",
-    "℉": "华氏度", "$": "美元", "€": "欧元", "£": "英镑", "¥": "元", "^": "乘方",
+    "℉": "华氏度", "$": "美元", "€": "欧元", "£": "英镑", "¥": "元", "¢": "美分", "^": "乘方",
     "\\": "反斜杠", "|": "竖线",
 }  # fmt: skip
 
@@ -178,7 +178,8 @@ UNITS: dict[str, Unit] = {
     "° F": _u("degree Fahrenheit", "degrees Fahrenheit", "华氏度", False),
     "℉": _u("degree Fahrenheit", "degrees Fahrenheit", "华氏度", False),
     "°": _u("degree", None, "度", False),
-    # currency codes after an amount
+    # currency after an amount
+    "¢": _u("cent", None, "美分", False),
     "USD": _u("US dollar", None, "美元"),
     "EUR": _u("euro", None, "欧元"),
     "GBP": _u("British pound", None, "英镑"),
