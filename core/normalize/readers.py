@@ -472,6 +472,9 @@ def _slash(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
 def _symbol(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
     start, end = m.span()
     symbol = m.group()
+    note = start and text[start - 1] in "ABCDEFG"
+    if symbol in "#＃" and note and (start < 2 or not text[start - 2].isalnum()):
+        return [(start, end, "sharp")]  # C#, F#
     if symbol == "*":
         left = text[start - 1] if start else " "
         right = text[end] if end < len(text) else " "
