@@ -425,6 +425,8 @@ def test_phone_numbers_and_codes_digit_by_digit(text: str, expected: str) -> Non
         ("Go 24/7 since 9/11.", "Go twenty-four seven since nine eleven."),
         ("Use 1 1/2 cups or 2½ cups.", "Use one and a half cups or two and a half cups."),
         ("Keep *this* as is.", "Keep *this* as is."),
+        ("I code in C# and F#.", "I code in C sharp and F sharp."),
+        ("Windows 10 x64", "Windows ten x sixty-four"),
         ("温度>30度时。", "温度大于三十度时。"),
         ("关注#TechNews#获取消息。", "关注话题TechNews获取消息。"),
         ("第2名和2个人，2年级。", "第二名和两个人，二年级。"),
