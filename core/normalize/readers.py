@@ -76,6 +76,7 @@ _ROUND_RANGE = re.compile(r"(\d{3,4})-(\d{4})")
 _CURRENCY_CUE = re.compile(
     r"\b(?:" + "|".join(re.escape(c) for c in (*YUAN_CUES, *YEN_CUES)) + r")\b"
 )
+_EQUALS_AFTER = re.compile(r"[ \u00a0]?[\d.]+[ \u00a0]?[=＝]")
 _MINUS_AFTER = re.compile(r"[ \u00a0]?[$€£¥]?\d+(?:\.\d+)?[ \u00a0]?[=＝]")
 
 
@@ -175,7 +176,7 @@ def _number(m: re.Match[str], text: str, zh: bool) -> str:
         glued += 1
     letters = text[start - glued : start]
     code = (
-        glued
+        glued > 0
         and plain
         and (len(raw) >= 5 or (2 <= glued <= 3 and letters.isupper() and 3 <= len(raw) <= 4))
     )
@@ -242,7 +243,8 @@ def _year_range(m: re.Match[str], text: str, zh: bool) -> str:
         return f"{en_year(a)} to {en_year(b)}"
     if int(a) < int(b) and a.endswith("0") and b.endswith("0"):
         if zh:
-            return f"{zh_cardinal(a)}到{zh_cardinal(b, liang=_zh_liang(text, 0, m.end()))}"
+            liang = _zh_liang(text, m.start(), m.end())
+            return f"{zh_cardinal(a)}到{zh_cardinal(b, liang=liang)}"
         return f"{en_cardinal(a)} to {en_cardinal(b)}"
     return zh_digits(a + b) if zh else en_digits(a + b)
 
@@ -446,7 +448,7 @@ def _times(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
         return [(start, end, "乘" if followed else "倍")]
     if not followed:
         return [(start, end, "times")]
-    if m.group() == "*" or re.match(r"[ \u00a0]?[\d.]+[ \u00a0]?[=＝]", text[end : end + 12]):
+    if m.group() == "*" or _EQUALS_AFTER.match(text, end, end + 12):
         return [(start, end, "times")]
     return [(start, end, "by")]
 
@@ -481,6 +483,15 @@ def _symbol(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
         if left.isalnum() or right.isalnum() or left == "*" or right == "*":
             return []  # *emphasis*, **bold**: markup, not a star
     return [(start, end, (SYMBOL_ZH if zh else SYMBOL_EN)[symbol])]
+
+
+def _feet(m: re.Match[str], text: str, zh: bool) -> str:
+    feet, inches = m.group("ft"), m.group("inch")
+    if zh:
+        return f"{zh_cardinal(feet)}英尺{zh_cardinal(inches)}英寸"
+    foot_words = "foot" if feet == "1" else "feet"
+    inch_words = "inch" if inches == "1" else "inches"
+    return f"{en_cardinal(feet)} {foot_words} {en_cardinal(inches)} {inch_words}"
 
 
 def _power(m: re.Match[str], text: str, zh: bool) -> str:
@@ -554,12 +565,7 @@ _SIMPLE: dict[str, Callable[[re.Match[str], str, bool], str]] = {
     "number": _number,
     "range": _range,
     "ratio": lambda m, text, zh: "比" if zh else "to",
-    "feet": lambda m, text, zh: (
-        f"{zh_cardinal(m.group('ft'))}英尺{zh_cardinal(m.group('inch'))}英寸"
-        if zh
-        else f"{en_cardinal(m.group('ft'))} {'foot' if m.group('ft') == '1' else 'feet'} "
-        f"{en_cardinal(m.group('inch'))} {'inch' if m.group('inch') == '1' else 'inches'}"
-    ),
+    "feet": _feet,
     "compare": lambda m, text, zh: _compare(m, zh),
     "hashtag": lambda m, text, zh: "话题" if zh else "hashtag",
     "numsign": lambda m, text, zh: "第" if zh else "number",
@@ -593,7 +599,8 @@ def _version_match(m: re.Match[str], text: str, zh: bool) -> str:
 
 
 def read(m: re.Match[str], text: str, lang: Lang) -> list[Replacement]:
-    """The replacements for match ``m`` of ``text``, in order, inside ``m``'s span."""
+    """The replacements for match ``m`` of ``text``, in order: inside ``m``'s span, except
+    that a shorthand around a slash takes its words with it (``w/o`` → ``without``)."""
     kind = m.lastgroup or ""
     zh = False if kind in _ENGLISH_ONLY else _language(text, m.start(), m.end(), lang)
     if kind in _SIMPLE:

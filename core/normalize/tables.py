@@ -198,7 +198,7 @@ ZH_LIANG_AFTER = (
 )
 """Measure words (and ``万千百亿``) after which a Chinese 2 is ``两``: ``两个``, ``两万``."""
 ZH_LIANG_WORDS = ("小时", "分钟", "公里", "公斤", "千克", "千米", "毫升", "个月", "星期")
-ZH_NO_LIANG_WORDS = ("年级", "点钟后", "年代")
+ZH_NO_LIANG_WORDS = ("年级", "年代")
 
 ABBREVIATIONS_BEFORE_NAME = {
     "Dr": "Doctor", "Mr": "Mister", "Mrs": "Missus", "Ms": "Miz", "Mx": "Mix",
