@@ -5,6 +5,7 @@ words); what a match does not replace is kept as written (``World War`` in ``Wor
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Literal
@@ -76,6 +77,7 @@ _ROUND_RANGE = re.compile(r"(\d{3,4})-(\d{4})")
 _CURRENCY_CUE = re.compile(
     r"\b(?:" + "|".join(re.escape(c) for c in (*YUAN_CUES, *YEN_CUES)) + r")\b"
 )
+_CODE_BEFORE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]+\d+$")
 _EQUALS_AFTER = re.compile(r"[ \u00a0]?[\d.]+[ \u00a0]?[=＝]")
 _MINUS_AFTER = re.compile(r"[ \u00a0]?[$€£¥]?\d+(?:\.\d+)?[ \u00a0]?[=＝]")
 
@@ -88,11 +90,15 @@ def is_han(char: str) -> bool:
 def _language(text: str, start: int, end: int, lang: Lang) -> bool:
     """Chinese (``True``) or English for the token ``text[start:end]``: the nearest letter
     on the left (skipping Latin letters glued to the token: ``CA1234``), else on the right; a
-    Han character right after the token decides (``5月``, ``35.5元``)."""
+    Han character right after the token (or after Latin letters glued to it) decides (``5月``,
+    ``35.5元``, ``3D打印``)."""
     if lang != "auto":
         return lang == "zh"
-    right = _LETTER.search(text, end, end + _CONTEXT)
-    if right and right.start() <= end + 1 and is_han(right.group()):
+    after = end
+    while after < len(text) and after - end < 4 and text[after].isascii() and text[after].isalpha():
+        after += 1  # letters glued on the right: 3D打印, 5G网络
+    right = _LETTER.search(text, after, after + _CONTEXT)
+    if right and right.start() <= after + (after == end) and is_han(right.group()):
         return True
     edge = start
     if start and text[start - 1].isascii() and text[start - 1].isalnum():
@@ -320,9 +326,12 @@ def _en_fraction(top: int, bottom: int) -> str:
 def _fraction(m: re.Match[str], zh: bool) -> str:
     raw_top, raw_bottom = m.group("fa"), m.group("fb")
     top, bottom = int(raw_top), int(raw_bottom)
+    date_like = top <= 12 and 13 <= bottom <= 31 and math.gcd(top, bottom) > 1
     if zh:
+        if date_like:  # 5/20: May 20th
+            return f"{zh_cardinal(raw_top)}月{zh_cardinal(raw_bottom)}日"
         return f"{zh_cardinal(raw_bottom)}分之{zh_cardinal(raw_top)}"
-    if m.group() in ("24/7", "50/50"):
+    if m.group() in ("24/7", "50/50") or date_like:
         return f"{en_cardinal(raw_top)} {en_cardinal(raw_bottom)}"
     if bottom == 0:
         return f"{en_cardinal(raw_top)} over zero"
@@ -416,9 +425,8 @@ def _abbreviation(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
             return []
         end = m.end() - 1 if _ends_sentence(text, m.end()) else m.end()
         return [(m.start(), end, ABBREVIATIONS_AFTER_NAME[key])]
-    if kind == "anum":
-        english, chinese = ABBREVIATIONS_BEFORE_NUMBER[m.group("ant")]
-        return [(m.start(), m.end(), chinese if zh else english)]
+    if kind == "anum":  # English: the number after it reads in English too (No.007)
+        return [(m.start(), m.end(), ABBREVIATIONS_BEFORE_NUMBER[m.group("ant")])]
     key = m.group("aak")
     dot = m.group("aadot")
     if not dot and key not in ("vs", "etc"):
@@ -432,7 +440,13 @@ def _abbreviation(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
 # --- symbols ----------------------------------------------------------------------------------
 
 
-def _range(m: re.Match[str], text: str, zh: bool) -> str:
+def _range(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
+    if _CODE_BEFORE.search(text, max(0, m.start() - 12), m.start()):
+        return []  # x86-64, B12-3: a hyphen inside a code
+    return _whole(m, _range_word(m, text, zh))
+
+
+def _range_word(m: re.Match[str], text: str, zh: bool) -> str:
     if _MINUS_AFTER.match(text, m.end() - (1 if m.group().endswith((" ", "\u00a0")) else 0)):
         return "减" if zh else "minus"
     return "到" if zh else "to"
@@ -542,7 +556,7 @@ def _read_dates(m: re.Match[str], text: str, zh: bool) -> str:
 
 
 _ENGLISH_ONLY = frozenset(
-    {"mdate", "myear", "dmy", "roman", "abefore", "aafter", "aany", "ordinal"}
+    {"mdate", "myear", "dmy", "roman", "abefore", "aafter", "aany", "anum", "ordinal"}
 )
 _SIMPLE: dict[str, Callable[[re.Match[str], str, bool], str]] = {
     "mdate": _read_dates,
@@ -563,7 +577,6 @@ _SIMPLE: dict[str, Callable[[re.Match[str], str, bool], str]] = {
     "unit": _unit,
     "power": _power,
     "number": _number,
-    "range": _range,
     "ratio": lambda m, text, zh: "比" if zh else "to",
     "feet": _feet,
     "compare": lambda m, text, zh: _compare(m, zh),
@@ -615,6 +628,8 @@ def read(m: re.Match[str], text: str, lang: Lang) -> list[Replacement]:
         return _abbreviation(m, text, zh)
     if kind == "times":
         return _times(m, text, zh)
+    if kind == "range":
+        return _range(m, text, zh)
     if kind == "slash":
         return _slash(m, text, zh)
     if kind == "topic":

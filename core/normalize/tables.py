@@ -223,13 +223,11 @@ ABBREVIATIONS_ANYWHERE = {
 """Read as words wherever they stand (with their period)."""
 
 ABBREVIATIONS_BEFORE_NUMBER = {
-    "No": ("number", "第"), "Nos": ("numbers", "第"),
-    "Vol": ("volume", "第"), "vol": ("volume", "第"), "Ch": ("chapter", "第"),
-    "ch": ("chapter", "第"), "Fig": ("figure", "图"), "fig": ("figure", "图"),
-    "p": ("page", "第"), "pp": ("pages", "第"), "Sec": ("section", "第"),
-    "Art": ("article", "第"), "Eq": ("equation", "公式"),
+    "No": "number", "Nos": "numbers", "Vol": "volume", "vol": "volume", "Ch": "chapter",
+    "ch": "chapter", "Fig": "figure", "fig": "figure", "p": "page", "pp": "pages",
+    "Sec": "section", "Art": "article", "Eq": "equation",
 }  # fmt: skip
-"""Read as words only before a number (``No. 5`` → ``number five``), English / Chinese."""
+"""Read as words only before a number (``No. 5`` → ``number five``), always in English."""
 
 ROMAN_CARDINAL_TITLES = (
     "Chapter", "Part", "Act", "Book", "Volume", "Vol.", "War", "Phase", "Stage", "Scene",

@@ -68,6 +68,8 @@ def test_the_set_covers_every_category_of_the_issue() -> None:
         ("It was a 3-year-old car.", "It was a three-year-old car."),
         ("The score was 10 - 3 = 7.", "The score was ten minus three equals seven."),
         ("The ratio is 3:2.", "The ratio is three to two."),
+        ("Carry 1kg-2kg.", "Carry one kilogram to two kilograms."),
+        ("An x86-64 CPU", "An x eighty-six-sixty-four CPU"),
     ],
 )
 def test_english_ranges(text: str, expected: str) -> None:
@@ -84,6 +86,7 @@ def test_english_ranges(text: str, expected: str) -> None:
         ("每次服用1-2片。", "每次服用一到两片。"),
         ("口算：10-3=7", "口算：十减三等于七"),
         ("比分3:2。", "比分三比二。"),
+        ("温度范围是-10℃~40℃。", "温度范围是零下十摄氏度到四十摄氏度。"),
     ],
 )
 def test_chinese_ranges(text: str, expected: str) -> None:
@@ -430,6 +433,9 @@ def test_phone_numbers_and_codes_digit_by_digit(text: str, expected: str) -> Non
         ("温度>30度时。", "温度大于三十度时。"),
         ("关注#TechNews#获取消息。", "关注话题TechNews获取消息。"),
         ("第2名和2个人，2年级。", "第二名和两个人，二年级。"),
+        ("请在5/20前完成。", "请在五月二十日前完成。"),
+        ("3D打印和5G网络", "三D打印和五G网络"),
+        ("编号：No.007", "编号：number zero zero seven"),
     ],
 )
 def test_symbols(text: str, expected: str) -> None:
