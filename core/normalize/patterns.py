@@ -105,6 +105,7 @@ _CAPITAL = rf"""
     (?P<mdate>{_month("mm1")}{_SP}(?:the{_SP})?{_day("md1")}(?![\d:]|[.,]\d|[A-Za-z])
         (?:,?{_SP}{_year("my1")})?)
   | (?P<myear>{_month("mm2")}{_SP}{_year("my2")})
+  | (?P<mabbr>(?P<mab>Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.)
   | (?P<roman>(?:(?P<rcard>{_alternatives(_with_upper(ROMAN_CARDINAL_TITLES))})
         | (?P<rmulti>{_alternatives(_with_upper(ROMAN_CARDINAL_TITLES_MULTI))})
         | (?P<rtitle>{_alternatives(ROMAN_REGNAL_TITLES)})(?:{_SP}[A-Z][a-z]+){{1,2}}

@@ -425,6 +425,9 @@ def _abbreviation(m: re.Match[str], text: str, zh: bool) -> list[Replacement]:
             return []
         end = m.end() - 1 if _ends_sentence(text, m.end()) else m.end()
         return [(m.start(), end, ABBREVIATIONS_AFTER_NAME[key])]
+    if kind == "mabbr":  # "in Jan." → "in January"; its period stays when it ends the sentence
+        end = m.end() - 1 if _ends_sentence(text, m.end()) else m.end()
+        return [(m.start(), end, MONTHS[_month_number(m.group("mab")) - 1])]
     if kind == "anum":  # English: the number after it reads in English too (No.007)
         return [(m.start(), m.end(), ABBREVIATIONS_BEFORE_NUMBER[m.group("ant")])]
     key = m.group("aak")
@@ -556,7 +559,7 @@ def _read_dates(m: re.Match[str], text: str, zh: bool) -> str:
 
 
 _ENGLISH_ONLY = frozenset(
-    {"mdate", "myear", "dmy", "roman", "abefore", "aafter", "aany", "anum", "ordinal"}
+    {"mdate", "myear", "mabbr", "dmy", "roman", "abefore", "aafter", "aany", "anum", "ordinal"}
 )
 _SIMPLE: dict[str, Callable[[re.Match[str], str, bool], str]] = {
     "mdate": _read_dates,
@@ -624,7 +627,7 @@ def read(m: re.Match[str], text: str, lang: Lang) -> list[Replacement]:
         return _whole(m, _version_match(m, text, zh))
     if kind == "roman":
         return _roman(m)
-    if kind in ("abefore", "aafter", "anum", "aany"):
+    if kind in ("abefore", "aafter", "anum", "aany", "mabbr"):
         return _abbreviation(m, text, zh)
     if kind == "times":
         return _times(m, text, zh)

@@ -305,6 +305,10 @@ def test_versions(text: str, expected: str) -> None:
         ("on 2024.05.06", "on May sixth, twenty twenty-four"),
         ("on Jan. 5", "on January fifth"),
         ("on Sept. 3, 2021", "on September third, twenty twenty-one"),
+        (
+            "Jan. and Feb. were cold, unlike Dec.",
+            "January and February were cold, unlike December.",
+        ),
         ("in March 2020", "in March twenty twenty"),
         ("in the 1990s and the '80s", "in the nineteen nineties and the eighties"),
         ("日期：2024.03.01", "日期：二零二四年三月一日"),
