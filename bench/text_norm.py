@@ -48,8 +48,10 @@ backtracking pattern; linear, but every character there starts a match).
 
 Columns
     one ``right/total`` per category, then the no-digit/symbol-left count, the total right, the
-    time per 1000 sentences in milliseconds (one pass over the set after setup; in parentheses
-    its ratio to ``ours`` in the same run: the machine is noisy, ratios are stable) and the
+    time per 1000 sentences in milliseconds (the best pass over the set after setup: passes
+    repeat, up to 5, while those so far took under 2 s, so the pynini candidates get one; in
+    parentheses its ratio to ``ours`` in the same run: the machine is noisy, ratios are more
+    stable) and the
     first-use setup in seconds (import, construction and one warm-up sentence per language; FST
     compilation happens here when the cache is cold).
 
@@ -271,6 +273,10 @@ CANDIDATES: dict[str, Callable[[Path], Normalize]] = {
     "naive": _naive,
 }
 
+_MAX_PASSES = 5
+_REPEAT_BUDGET_S = 2.0
+"""Timing: more passes over the set (the best kept) while the passes so far took under 2 s."""
+
 _WARM_UP = {"en": "It costs $3 at 10:30.", "zh": "我花了3元。"}
 
 
@@ -305,6 +311,17 @@ def measure(name: str, entries: Sequence[Entry], cache_dir: Path) -> Result | st
         except Exception:  # a crash counts as wrong
             outputs.append(None)
     run_s = time.perf_counter() - started
+    spent_s = run_s
+    for _ in range(_MAX_PASSES - 1):  # a cheap candidate's one pass is noise: keep the best
+        if spent_s > _REPEAT_BUDGET_S:
+            break
+        started = time.perf_counter()
+        for entry in entries:
+            with contextlib.suppress(Exception):
+                normalize(entry.text, entry.lang)
+        elapsed = time.perf_counter() - started
+        spent_s += elapsed
+        run_s = min(run_s, elapsed)
     return Result(name=name, setup_s=setup_s, run_s=run_s, outputs=tuple(outputs))
 
 
