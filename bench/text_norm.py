@@ -4,6 +4,7 @@ Run from the repository root::
 
     python -m bench.text_norm [--data tests/data/text_normalization.jsonl] [--markdown]
                               [--only NAME ...] [--show-wrong NAME] [--cache-dir DIR]
+                              [--first N] [--speed] [--repeat N]
 
 Every candidate that imports in the running interpreter is measured; the others print ``not
 installed``. The third-party candidates live in a scratch virtualenv, not in the project's:
@@ -38,10 +39,19 @@ Scoring
     *No digit/symbol left* counts outputs with no ASCII digit and none of
     :data:`LEFTOVER_SYMBOLS` (``$€£¥%+=<>@#&/\\^~|°``).
 
+``--first N`` scores only the first ``N`` entries (the set grew from 425 sentences; the
+third-party candidates were last measured on those 425). ``--speed`` times ours alone on
+20,000 characters (best of ``--repeat``): mixed Chinese/English prose
+(``bench.text_split.make_text``), the set's own sentences run together (a number every few
+words), and runs of one token repeated (``1-1-1…``, ``a.a.a…``: the worst case for a
+backtracking pattern; linear, but every character there starts a match).
+
 Columns
     one ``right/total`` per category, then the no-digit/symbol-left count, the total right, the
-    time per 1000 sentences in milliseconds (one pass over the set after setup; in parentheses
-    its ratio to ``ours`` in the same run: the machine is noisy, ratios are stable) and the
+    time per 1000 sentences in milliseconds (the best pass over the set after setup: passes
+    repeat, up to 5, while those so far took under 2 s, so the pynini candidates get one; in
+    parentheses its ratio to ``ours`` in the same run: the machine is noisy, ratios are more
+    stable) and the
     first-use setup in seconds (import, construction and one warm-up sentence per language; FST
     compilation happens here when the cache is cold).
 
@@ -263,6 +273,10 @@ CANDIDATES: dict[str, Callable[[Path], Normalize]] = {
     "naive": _naive,
 }
 
+_MAX_PASSES = 5
+_REPEAT_BUDGET_S = 2.0
+"""Timing: more passes over the set (the best kept) while the passes so far took under 2 s."""
+
 _WARM_UP = {"en": "It costs $3 at 10:30.", "zh": "我花了3元。"}
 
 
@@ -297,6 +311,17 @@ def measure(name: str, entries: Sequence[Entry], cache_dir: Path) -> Result | st
         except Exception:  # a crash counts as wrong
             outputs.append(None)
     run_s = time.perf_counter() - started
+    spent_s = run_s
+    for _ in range(_MAX_PASSES - 1):  # a cheap candidate's one pass is noise: keep the best
+        if spent_s > _REPEAT_BUDGET_S:
+            break
+        started = time.perf_counter()
+        for entry in entries:
+            with contextlib.suppress(Exception):
+                normalize(entry.text, entry.lang)
+        elapsed = time.perf_counter() - started
+        spent_s += elapsed
+        run_s = min(run_s, elapsed)
     return Result(name=name, setup_s=setup_s, run_s=run_s, outputs=tuple(outputs))
 
 
@@ -349,6 +374,81 @@ def print_table(results: Sequence[Result], entries: Sequence[Entry], *, markdown
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
 
 
+def print_by_language(
+    results: Sequence[Result], entries: Sequence[Entry], *, markdown: bool
+) -> None:
+    """Right answers and outputs with nothing left over, per language of the entries."""
+    columns = (
+        "candidate",
+        *(f"{lang} right" for lang in LANGS),
+        *(f"{lang} clean" for lang in LANGS),
+    )
+    rows: list[list[str]] = []
+    for result in results:
+        right: list[str] = []
+        clean: list[str] = []
+        for lang in LANGS:
+            pairs = [(o, e) for o, e in zip(result.outputs, entries, strict=True) if e.lang == lang]
+            ok = sum(o is not None and is_right(o, e.expected) for o, e in pairs)
+            left = sum(o is not None and not has_leftover(o) for o, _ in pairs)
+            right.append(f"{ok}/{len(pairs)}")
+            clean.append(f"{left}/{len(pairs)}")
+        rows.append([result.name, *right, *clean])
+    if markdown:
+        header(*columns)
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return
+    for row in rows:
+        print("  ".join(f"{column} {cell}" for column, cell in zip(columns, row, strict=True)))
+
+
+SPEED_CHARS = 20_000
+_RUNS = ("1-", "1/", "1:", "a.", "a@", "IV ", "King ", "9 May ")
+
+
+def speed_inputs(entries: Sequence[Entry]) -> dict[str, str]:
+    """The texts ``--speed`` times, each :data:`SPEED_CHARS` characters long."""
+    from bench.text_split import make_text
+
+    joined = " ".join(entry.text for entry in entries)
+    inputs = {
+        "mixed prose (text_split.make_text)": make_text(SPEED_CHARS, 1),
+        "the set's sentences run together": (joined * (SPEED_CHARS // len(joined) + 1))[
+            :SPEED_CHARS
+        ],
+    }
+    for unit in _RUNS:
+        inputs[f"{unit!r} repeated"] = (unit * (SPEED_CHARS // len(unit) + 1))[:SPEED_CHARS]
+    return inputs
+
+
+def print_speed(entries: Sequence[Entry], repeat: int, *, markdown: bool) -> None:
+    """Ours on :func:`speed_inputs`: best-of-``repeat`` milliseconds and replaced spans."""
+    module: Any = importlib.import_module("voicelane.core.normalize")
+    columns = ("input (20,000 characters)", "replaced spans", "best ms", "µs per character")
+    rows: list[list[str]] = []
+    for label, text in speed_inputs(entries).items():
+        best = float("inf")
+        mapped: Any = None
+        for _ in range(repeat):
+            started = time.perf_counter()
+            mapped = module.normalize_text(text)
+            best = min(best, time.perf_counter() - started)
+        spans = sum(1 for piece in mapped.pieces if not piece.exact)
+        per_char_us = best / len(text) * 1e6
+        rows.append([label, str(spans), f"{best * 1000:.1f}", f"{per_char_us:.2f}"])
+    if markdown:
+        header(*columns)
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in rows:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+
+
 def print_wrong(result: Result, entries: Sequence[Entry]) -> None:
     """Every entry ``result`` got wrong: id, text, output and the preferred reading."""
     for output, entry in zip(result.outputs, entries, strict=True):
@@ -366,8 +466,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=tuple(CANDIDATES), help="candidates to run")
     parser.add_argument("--show-wrong", choices=tuple(CANDIDATES), help="list a candidate's misses")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="FST cache")
+    parser.add_argument("--first", type=int, help="score only the first N entries")
+    parser.add_argument("--speed", action="store_true", help="time ours on 20,000 characters")
+    parser.add_argument("--repeat", type=int, default=5, help="--speed: runs per input")
     args = parser.parse_args(argv)
-    entries = load_entries(args.data)
+    entries = load_entries(args.data)[: args.first]
+    if args.speed:
+        print_speed(entries, args.repeat, markdown=args.markdown)
+        return 0
     print(f"{len(entries)} sentences from {args.data}")
     results: list[Result] = []
     for name in args.only or tuple(CANDIDATES):
@@ -378,6 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(measured)
     print()
     print_table(results, entries, markdown=args.markdown)
+    print()
+    print_by_language(results, entries, markdown=args.markdown)
     if args.show_wrong:
         shown = next((r for r in results if r.name == args.show_wrong), None)
         if shown is not None:

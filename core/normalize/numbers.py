@@ -1,6 +1,7 @@
-"""Numbers read aloud: English (:func:`en_cardinal`, :func:`en_ordinal`, :func:`en_year`)
-and Chinese (:func:`zh_cardinal`, :func:`zh_digits`). Digit strings longer than
-:data:`MAX_CARDINAL_DIGITS` are read digit by digit."""
+"""Numbers read aloud: English (:func:`en_cardinal`, :func:`en_ordinal`, :func:`en_year`,
+:func:`en_plural`) and Chinese (:func:`zh_cardinal`, :func:`zh_digits`), and the value of a
+Roman numeral (:func:`roman_value`). Digit strings longer than :data:`MAX_CARDINAL_DIGITS` are
+read digit by digit."""
 
 from __future__ import annotations
 
@@ -103,6 +104,33 @@ def en_year(digits: str) -> str:
     if low < 10:
         return f"{_en_below_1000(high)} oh {_ONES[low]}"
     return f"{_en_below_1000(high)} {_en_below_1000(low)}"
+
+
+def en_plural(words: str) -> str:
+    """The last number word made plural: ``nineteen ninety`` → ``nineteen nineties``,
+    ``two thousand`` → ``two thousands`` (decades: ``1990s``, ``80s``)."""
+    if words.endswith("y"):
+        return words[:-1] + "ies"
+    if words.endswith("x"):
+        return words + "es"
+    return words + "s"
+
+
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+
+
+def roman_value(numeral: str) -> int:
+    """``"XIV"`` → 14 (subtractive pairs; the caller checks the numeral's form); 0 when
+    ``numeral`` holds anything but ``IVXLCDM``."""
+    total = 0
+    previous = 0
+    for char in reversed(numeral):
+        value = _ROMAN_VALUES.get(char, 0)
+        if value == 0:
+            return 0
+        total += -value if value < previous else value
+        previous = max(previous, value)
+    return total
 
 
 def zh_digits(digits: str) -> str:
