@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal, NoReturn
 
-from voicelane.common.errors import InvalidInputError, TextTooLargeError
+from voicelane.common.errors import InvalidInputError, MalformedRequestError, TextTooLargeError
 from voicelane.core.normalize import normalize_text
 from voicelane.core.normalize.numbers import (
     en_cardinal,
@@ -1209,7 +1209,8 @@ def _read(source: str, max_chars: int) -> SsmlDocument:
         message = f"text: SSML line {error.line}, column {error.column}: {error.reason}"
         if len(source) > max_chars:
             raise TextTooLargeError(message, field="text") from None
-        raise InvalidInputError(message, field="text") from None
+        # Not well-formed, or hostile (a DTD, entities, too deep): it cannot be read at all.
+        raise MalformedRequestError(message, field="text") from None
     reader = _Reader(source)
     reader.read_root(root)
     return reader.document()

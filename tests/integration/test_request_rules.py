@@ -111,7 +111,7 @@ CASES = [
         "malformed SSML",
         text="<speak><s>Hello there.</speak>",
         refused_field="text",
-        refused_code="invalid_input",
+        refused_code="malformed_request",
     ),
     Case(
         "SSML voice unknown to the engine",

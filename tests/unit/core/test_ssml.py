@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from voicelane.common.errors import InvalidInputError, TextTooLargeError
+from voicelane.common.errors import InvalidInputError, MalformedRequestError, TextTooLargeError
 from voicelane.core.ssml import (
     MAX_SSML_CHARS,
     Boundary,
@@ -956,3 +956,23 @@ def test_any_mix_of_elements_reads_or_is_refused_and_spans_stay_in_the_source() 
         for speech in document.speech:
             start, end = speech.mapped.source_span(0, len(speech.text))
             assert 0 <= start <= end <= len(source), source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        '<!DOCTYPE speak [<!ENTITY a "b">]><speak>&a;</speak>',
+        "<speak>" + "<s>" * 100 + "x" + "</s>" * 100 + "</speak>",
+        "<speak><s>Hello</speak>",
+        "<speak>&nbsp;</speak>",
+    ],
+)
+def test_what_cannot_be_read_at_all_is_a_malformed_request(source: str) -> None:
+    """Not well-formed or hostile: 400 (``malformed_request``), where a document that reads
+    but asks for something invalid is 422 (``invalid_input``)."""
+    with pytest.raises(MalformedRequestError) as caught:
+        read_ssml(source)
+    assert caught.value.http_status == 400 and caught.value.field == "text"
+    with pytest.raises(InvalidInputError) as invalid:
+        read_ssml('<speak><break time="soon"/></speak>')
+    assert not isinstance(invalid.value, MalformedRequestError)
