@@ -504,7 +504,9 @@ def _add_output_options(parser: argparse.ArgumentParser) -> None:
     _add_text_options(parser)
 
 
-def _add_text_options(parser: argparse.ArgumentParser) -> None:
+def _add_reading_options(parser: argparse.ArgumentParser) -> None:
+    """``--no-normalize`` and ``--ssml``: how the text is read, on every command that takes
+    one."""
     parser.add_argument(
         "--no-normalize",
         dest="normalize",
@@ -514,6 +516,10 @@ def _add_text_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ssml", action="store_true", help="the text is SSML (default: when it starts <speak)"
     )
+
+
+def _add_text_options(parser: argparse.ArgumentParser) -> None:
+    _add_reading_options(parser)
     parser.add_argument(
         "--lexicon",
         action="append",
@@ -628,15 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--voice")
     submit.add_argument("--format")
     submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait")
-    submit.add_argument(
-        "--no-normalize",
-        dest="normalize",
-        action="store_false",
-        help="hand numbers, dates and symbols to the engine as written (docs/text.md)",
-    )
-    submit.add_argument(
-        "--ssml", action="store_true", help="the file is SSML (default: when it starts <speak)"
-    )
+    _add_reading_options(submit)
     _add_lexicon_names(submit)
     submit.set_defaults(handler=_cmd_jobs_submit)
     return parser

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from tests.support.engines import RecordingEngine
-from tests.support.speech_audio import gaps_ms, rms, sound_runs
-from voicelane.common.audio import AudioFormat, decode_to_pcm
+from tests.support.speech_audio import gaps_ms, render_plan, rms, sound_runs
+from voicelane.common.audio import AudioFormat
 from voicelane.common.errors import UnknownVoiceError
 from voicelane.core.settings import EmbeddedSettings
 from voicelane.core.speech_text import PreparedText, SpokenSegment, Voicing, prepare_text
@@ -48,27 +48,6 @@ def prepared(text: str, **fields_by_index: dict[str, object]) -> PreparedText:
     return dataclasses.replace(base, segments=tuple(segments))
 
 
-def render(
-    renderer: EmbeddedRenderer,
-    text: str,
-    plan: PreparedText,
-    path: Path,
-    *,
-    rate_hz: int = RATE_HZ,
-) -> tuple[RenderResult, np.ndarray]:
-    """Render ``plan`` (as if the text had been prepared so) to WAV; the result and the
-    decoded audio."""
-    original = renderer.prepare
-    renderer.prepare = lambda *_args, **_kwargs: plan  # type: ignore[method-assign]
-    try:
-        result = renderer.render(text, path, fmt=AudioFormat.WAV, sample_rate_hz=rate_hz)
-    finally:
-        renderer.prepare = original  # type: ignore[method-assign]
-    pcm, decoded_rate = decode_to_pcm(path)
-    assert decoded_rate == rate_hz
-    return result, pcm
-
-
 def spans_slice(result: RenderResult, text: str) -> None:
     for word in result.words:
         assert word.text == text[word.char_start : word.char_end], word
@@ -89,7 +68,7 @@ def test_a_break_is_exactly_its_silence(
         # A break at a paragraph's end replaces the paragraph pause (0.9 s here).
         s1={"pause_after_ms": break_ms, "paragraph_end": True},
     )
-    _, pcm = render(renderer, text, plan, tmp_path / "b.wav")
+    _, pcm = render_plan(renderer, text, plan, tmp_path / "b.wav")
     gaps = gaps_ms(sound_runs(pcm, RATE_HZ, min_gap_ms=150))
     assert len(gaps) == 2, gaps
     for gap in gaps:
@@ -98,10 +77,12 @@ def test_a_break_is_exactly_its_silence(
 
 def test_a_break_replaces_the_engines_own_pause(renderer: EmbeddedRenderer, tmp_path: Path) -> None:
     text = "Hello there. General Kenobi."
-    _, natural = render(renderer, text, prepared(text), tmp_path / "n.wav")
+    _, natural = render_plan(renderer, text, prepared(text), tmp_path / "n.wav")
     (natural_gap,) = gaps_ms(sound_runs(natural, RATE_HZ, min_gap_ms=150))
     assert natural_gap > 250  # espeak's own pause after a sentence
-    _, short = render(renderer, text, prepared(text, s0={"pause_after_ms": 60}), tmp_path / "s.wav")
+    _, short = render_plan(
+        renderer, text, prepared(text, s0={"pause_after_ms": 60}), tmp_path / "s.wav"
+    )
     runs = sound_runs(short, RATE_HZ, min_gap_ms=40)
     assert min(gaps_ms(runs)) <= 60 + BREAK_TOLERANCE_MS
     assert len(sound_runs(short, RATE_HZ, min_gap_ms=150)) == 1  # no pause left but the break
@@ -111,7 +92,9 @@ def test_a_break_after_the_last_segment_ends_the_audio_with_its_silence(
     renderer: EmbeddedRenderer, tmp_path: Path
 ) -> None:
     text = "Goodbye now."
-    _, pcm = render(renderer, text, prepared(text, s0={"pause_after_ms": 800}), tmp_path / "e.wav")
+    _, pcm = render_plan(
+        renderer, text, prepared(text, s0={"pause_after_ms": 800}), tmp_path / "e.wav"
+    )
     (run,) = sound_runs(pcm, RATE_HZ)
     trailing_ms = len(pcm) * 1000 / RATE_HZ - run[1]
     assert abs(trailing_ms - 800) <= BREAK_TOLERANCE_MS
@@ -129,7 +112,7 @@ def test_word_starts_are_where_the_audio_starts_each_word(
     text = "One, two, three. Four; five!\n\nSix, seven. Eight, today, maybe."
     plan = prepared(text, s2={"pause_after_ms": 400})
     assert len(plan.segments) == 5  # the break follows "Six, seven."
-    result, pcm = render(renderer, text, plan, tmp_path / "w.wav", rate_hz=16000)
+    result, pcm = render_plan(renderer, text, plan, tmp_path / "w.wav", rate_hz=16000)
     spans_slice(result, text)
     assert [w.text for w in result.words] == [
         "One", "two", "three", "Four", "five", "Six", "seven", "Eight", "today", "maybe",
@@ -148,7 +131,7 @@ def test_a_replacement_spoken_as_many_words_is_one_timing(
     renderer: EmbeddedRenderer, tmp_path: Path
 ) -> None:
     text = "I paid $3.5M, yesterday."
-    result, pcm = render(renderer, text, prepared(text), tmp_path / "m.wav")
+    result, pcm = render_plan(renderer, text, prepared(text), tmp_path / "m.wav")
     spans_slice(result, text)
     assert [w.text for w in result.words] == ["I", "paid", "$3.5M", "yesterday"]
     money = result.words[2]
@@ -188,7 +171,7 @@ def test_marks_are_reported_at_the_next_words_start(
         ),
         trailing_marks=("after-all",),
     )
-    result, _ = render(renderer, text, plan, tmp_path / "k.wav")
+    result, _ = render_plan(renderer, text, plan, tmp_path / "k.wav")
     by_text = {w.text: w for w in result.words}
     assert result.marks == [
         MarkTiming("at-bravo", by_text["bravo"].start_ms),
@@ -208,18 +191,18 @@ def voiced_ms(pcm: np.ndarray) -> int:
 
 def test_rate_half_takes_about_twice_as_long(renderer: EmbeddedRenderer, tmp_path: Path) -> None:
     text = "The quick brown fox jumps over the lazy dog near the bank of the river."
-    _, normal = render(renderer, text, prepared(text), tmp_path / "n.wav")
+    _, normal = render_plan(renderer, text, prepared(text), tmp_path / "n.wav")
     slow_plan = prepared(text, s0={"voicing": Voicing(rate=0.5)})
-    _, slow = render(renderer, text, slow_plan, tmp_path / "s.wav")
+    _, slow = render_plan(renderer, text, slow_plan, tmp_path / "s.wav")
     assert 1.7 < voiced_ms(slow) / voiced_ms(normal) < 2.3
 
 
 def test_volume_plus_6_db_doubles_the_rms(renderer: EmbeddedRenderer, tmp_path: Path) -> None:
     text = "A sentence spoken at two volumes."
-    _, normal = render(renderer, text, prepared(text), tmp_path / "n.wav")
-    _, loud = render(renderer, text, prepared(text, s0={"voicing": Voicing(volume_db=6.0)}),
+    _, normal = render_plan(renderer, text, prepared(text), tmp_path / "n.wav")
+    _, loud = render_plan(renderer, text, prepared(text, s0={"voicing": Voicing(volume_db=6.0)}),
                      tmp_path / "l.wav")  # fmt: skip
-    _, soft = render(renderer, text, prepared(text, s0={"voicing": Voicing(volume_db=-6.0)}),
+    _, soft = render_plan(renderer, text, prepared(text, s0={"voicing": Voicing(volume_db=-6.0)}),
                      tmp_path / "q.wav")  # fmt: skip
     assert 1.8 < rms(loud) / rms(normal) < 2.1
     assert 0.48 < rms(soft) / rms(normal) < 0.52
@@ -230,8 +213,8 @@ def test_a_voice_switch_speaks_that_segment_in_the_other_voice(
 ) -> None:
     text = "Bonjour. Comment allez-vous aujourd'hui?"
     switched = prepared(text, s1={"voicing": Voicing(voice="fr-fr")})
-    result, pcm = render(renderer, text, switched, tmp_path / "v.wav")
-    _, plain = render(renderer, text, prepared(text), tmp_path / "p.wav")
+    result, pcm = render_plan(renderer, text, switched, tmp_path / "v.wav")
+    _, plain = render_plan(renderer, text, prepared(text), tmp_path / "p.wav")
     engine = renderer.engine
     second = switched.segments[1].text
     (as_french,) = engine.synthesize([Utterance(second, "fr-fr")])
@@ -249,7 +232,7 @@ def test_an_unknown_ssml_voice_fails_before_any_work(
     text = "One. Two."
     plan = prepared(text, s1={"voicing": Voicing(voice="klingon")})
     with pytest.raises(UnknownVoiceError, match="klingon"):
-        render(renderer, text, plan, tmp_path / "x.wav")
+        render_plan(renderer, text, plan, tmp_path / "x.wav")
     assert list(tmp_path.iterdir()) == []
 
 

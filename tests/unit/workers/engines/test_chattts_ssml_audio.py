@@ -16,15 +16,14 @@ from tests.unit.workers.engines.conftest import require_chattts_extra
 
 require_chattts_extra()
 
-import numpy as np  # noqa: E402
 
 from tests.support.chattts_checkpoint import Checkpoint  # noqa: E402
-from voicelane.common.audio import AudioFormat, decode_to_pcm  # noqa: E402
+from tests.support.speech_audio import longest_silence_ms, render_plan  # noqa: E402
 from voicelane.core.settings import ChatTTSSettings, EmbeddedSettings  # noqa: E402
 from voicelane.core.speech_text import PreparedText, prepare_text  # noqa: E402
 from voicelane.core.text_profiles import CHATTTS  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
-from voicelane.workers.render import EmbeddedRenderer, RenderResult  # noqa: E402
+from voicelane.workers.render import EmbeddedRenderer  # noqa: E402
 
 VOICE = "seed:3"
 RATE_HZ = 24000
@@ -39,28 +38,6 @@ def renderer(chattts_checkpoint: Checkpoint) -> Iterator[EmbeddedRenderer]:
         yield r
 
 
-def render(
-    renderer: EmbeddedRenderer, plan: PreparedText, path: Path
-) -> tuple[RenderResult, np.ndarray]:
-    original = renderer.prepare
-    renderer.prepare = lambda *_args, **_kwargs: plan  # type: ignore[method-assign]
-    try:
-        result = renderer.render(TEXT, path, fmt=AudioFormat.WAV, sample_rate_hz=RATE_HZ)
-    finally:
-        renderer.prepare = original  # type: ignore[method-assign]
-    pcm, _ = decode_to_pcm(path)
-    return result, pcm
-
-
-def longest_silence_ms(pcm: np.ndarray) -> float:
-    quiet = np.abs(pcm) < 10 ** (-45 / 20)
-    best = run = 0
-    for value in quiet:
-        run = run + 1 if value else 0
-        best = max(best, run)
-    return best * 1000 / RATE_HZ
-
-
 def plan(**first: object) -> PreparedText:
     base = prepare_text(TEXT, profile=CHATTTS)
     assert len(base.segments) == 2
@@ -72,10 +49,10 @@ def test_a_break_is_its_silence_and_timings_are_per_sentence(
     renderer: EmbeddedRenderer, tmp_path: Path
 ) -> None:
     assert renderer.engine.capabilities().word_timings is False
-    _, plain = render(renderer, plan(), tmp_path / "p.wav")
-    assert longest_silence_ms(plain) < 100
-    result, pcm = render(renderer, plan(pause_after_ms=700), tmp_path / "b.wav")
-    assert abs(longest_silence_ms(pcm) - 700) <= 50
+    _, plain = render_plan(renderer, TEXT, plan(), tmp_path / "p.wav")
+    assert longest_silence_ms(plain, RATE_HZ) < 100
+    result, pcm = render_plan(renderer, TEXT, plan(pause_after_ms=700), tmp_path / "b.wav")
+    assert abs(longest_silence_ms(pcm, RATE_HZ) - 700) <= 50
     assert [w.text for w in result.words] == ["Hi there.", "Good morning."]
     first, second = result.words
     assert second.start_ms - first.end_ms == pytest.approx(700, abs=50)

@@ -9,10 +9,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.support.chattts_checkpoint import Checkpoint
+from tests.support.speech_audio import longest_silence_ms
 from tests.unit.workers.engines.conftest import require_chattts_extra
 from voicelane.common.audio import AudioFormat, decode_to_pcm
 from voicelane.core.settings import ChatTTSSettings, EmbeddedSettings
@@ -122,7 +122,7 @@ def test_the_document_renders_with_its_break_and_marks(
     pcm, rate = decode_to_pcm(path)
     assert rate == RATE_HZ and result.duration_s > 3
     # The break is the longest silence of the audio, and exactly its length.
-    assert abs(longest_silence_ms(pcm) - BREAK_MS) <= 50
+    assert abs(longest_silence_ms(pcm, RATE_HZ) - BREAK_MS) <= 50
     (greeting,) = result.marks
     first = result.words[0]  # "Hello" (espeak) or the sentence "Hello there." (ChatTTS)
     assert greeting.name == "greeting" and first.start_ms < greeting.time_ms <= first.end_ms + 1
@@ -135,12 +135,3 @@ def test_the_document_renders_with_its_break_and_marks(
         assert abs(greeting.time_ms - there.start_ms) <= 1
     else:
         assert any(w.text.startswith("Hello") for w in result.words)
-
-
-def longest_silence_ms(pcm: np.ndarray) -> float:
-    quiet = np.abs(pcm) < 10 ** (-45 / 20)
-    best = run = 0
-    for value in quiet:
-        run = run + 1 if value else 0
-        best = max(best, run)
-    return best * 1000 / RATE_HZ
