@@ -43,6 +43,7 @@ from voicelane.core.lexicon import Lexicon
 from voicelane.core.normalize import normalize_text
 from voicelane.core.phonemes import ipa_to_espeak, xsampa_to_ipa
 from voicelane.core.rules import EngineCapabilities, check_voice
+from voicelane.core.ssml import looks_like_ssml
 from voicelane.core.ssml_text import ssml_blocks
 from voicelane.core.text import (
     DEFAULT_MAX_SEGMENT_CHARS,
@@ -72,7 +73,6 @@ MAX_WARNINGS = 100
 
 _WS_RUN = re.compile(r"[\s\u200b\u2060\ufeff]+")
 _HAS_LETTER = re.compile(r"[^\W\d_]")
-_SPEAK_START = re.compile(r"\A[\s\ufeff]*(?:<\?xml[^>]*\?>\s*)?<speak[\s>/]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,12 +241,6 @@ def prepare_text(
         ssml=is_ssml,
         trailing_marks=tuple(collector.pending_marks),
     )
-
-
-def looks_like_ssml(text: str) -> bool:
-    """The text starts (after whitespace, a byte-order mark or an XML declaration) with a
-    ``<speak`` tag."""
-    return _SPEAK_START.match(text) is not None
 
 
 @dataclass

@@ -180,12 +180,13 @@ class SsmlDocument:
 
 # ---- detection -------------------------------------------------------------------------
 
-_LOOKS_LIKE = re.compile(r"[\s\ufeff]*(?:<\?xml\s[^<>]*\?>[\s\ufeff]*)?<speak[\s>/]")
+_LOOKS_LIKE = re.compile(r"[\s\ufeff]*(?:<\?xml[\s?]|<!DOCTYPE[\s>]|<speak[\s>/])", re.IGNORECASE)
 
 
 def looks_like_ssml(text: str) -> bool:
-    """``text`` starts (after whitespace, a byte-order mark and an optional ``<?xml ...?>``
-    declaration) with a ``<speak`` tag."""
+    """``text`` starts (after whitespace and a byte-order mark) with a ``<speak`` tag, an XML
+    declaration or a document type declaration: an XML document, read (and refused, if it is
+    not SSML or is hostile) as SSML rather than spoken tag by tag."""
     return _LOOKS_LIKE.match(text) is not None
 
 

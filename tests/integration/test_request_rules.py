@@ -487,3 +487,41 @@ def test_a_tenant_s_lexicon_and_text_options_reach_every_front_alike(stack: Stac
         refused = other.post("/v1/text", json={"text": LEXICON_TEXT, "lexicons": ["house"]})
         assert refused.status_code == 422, refused.text
         assert refused.json()["error"]["field"] == "lexicons"
+
+
+HOSTILE = {
+    "billion laughs": (
+        '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+        '<!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>'
+        "<speak>&lol2;</speak>"
+    ),
+    "external entity": (
+        '<!DOCTYPE speak [<!ENTITY xxe SYSTEM "file:///etc/passwd">]><speak>&xxe;</speak>'
+    ),
+    "nested elements": "<speak>" + "<s>" * 70 + "Hi",  # refused at the 65th start tag
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_ssml_is_refused_by_every_front_with_nothing_queued(
+    stack: Stack, name: str
+) -> None:
+    """Within this stack's 400-character limit: a DTD (billion laughs, an external entity)
+    and elements nested too deep are 400 ``malformed_request`` naming the line and column on
+    every front, and nothing reaches the lane or the job ledger."""
+    source = HOSTILE[name]
+    case = Case(name, text=source, refused_field="text", refused_code="malformed_request")
+    with stack.client() as client:
+        jobs_before = len(client.get("/v1/jobs", params={"limit": 100}).json()["jobs"])
+        with LaneRequests(stack) as lane:
+            outcomes = [
+                rest_job(stack, case)[0],
+                asyncio.run(grpc_synthesize(stack, case)),
+                asyncio.run(websocket_stream(stack, case)),
+                openai_speech(stack, case),
+            ]
+        jobs_after = len(client.get("/v1/jobs", params={"limit": 100}).json()["jobs"])
+    for outcome in outcomes:
+        assert not outcome.accepted and outcome.code == "malformed_request", outcome
+        assert outcome.field in ("text", "input") and "SSML line 1, column" in outcome.detail
+    assert lane.lines == [] and jobs_after == jobs_before

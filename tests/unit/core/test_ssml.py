@@ -70,15 +70,25 @@ def refused(source: str, match: str) -> InvalidInputError:
         "<speak/>",
         '<?xml version="1.0" encoding="UTF-8"?>\n<speak>Hi</speak>',
         "<speak\n>Hi</speak>",
+        # An XML document of any kind is read as SSML (and refused when it is not SSML, or
+        # hostile) rather than spoken tag by tag.
+        "<?xml version='1.0'?><p/>",
+        '<!DOCTYPE speak [<!ENTITY a "b">]><speak>&a;</speak>',
+        '<?xml version="1.0"?><!DOCTYPE lolz><speak/>',
     ],
 )
 def test_documents_that_start_with_speak_look_like_ssml(text: str) -> None:
     assert looks_like_ssml(text)
 
 
+def test_an_xml_document_that_is_not_ssml_is_refused_not_spoken() -> None:
+    with pytest.raises(InvalidInputError, match="speak"):
+        read_ssml("<?xml version='1.0'?><p>Hi</p>")
+
+
 @pytest.mark.parametrize(
     "text",
-    ["Hello <speak>", "<speaker>Hi</speaker>", "<p>Hi</p>", "", "<?xml version='1.0'?><p/>"],
+    ["Hello <speak>", "<speaker>Hi</speaker>", "<p>Hi</p>", "", "<?xmlish"],
 )
 def test_other_texts_do_not_look_like_ssml(text: str) -> None:
     assert not looks_like_ssml(text)
