@@ -158,6 +158,7 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
             speed=args.speed,
             progress=_ProgressBar(sys.stderr),
             text_options=text_options,
+            timings=words_part is not None or marks_part is not None,
         )
         if words_part is not None:
             _write_json(words_part, [word.to_json() for word in result.words])

@@ -255,7 +255,12 @@ def speech_at_rate(
     for index, (segment, timed) in enumerate(zip(segments, produced, strict=True)):
         pcm, words = timed.pcm, timed.words
         gap_ms = segment.pause_after_ms
-        lead, tail = silence_edges(pcm, engine_hz)
+        # The engine's own silence at the edges: cut around a break, and the end of the
+        # voiced audio for the timings; not looked for when neither needs it.
+        if after_break or gap_ms is not None or timeline is not None:
+            lead, tail = silence_edges(pcm, engine_hz)
+        else:
+            lead, tail = 0, 0
         cut_lead = lead if after_break else 0
         cut_tail = tail if gap_ms is not None and lead < len(pcm) else 0
         if cut_lead or cut_tail:
@@ -351,7 +356,10 @@ class EmbeddedRenderer:
         speed: float = 1.0,
         progress: Progress | None = None,
         text_options: TextOptions = TextOptions(),  # noqa: B008 - frozen, shared default
+        timings: bool = False,
     ) -> RenderResult:
+        """Render ``text`` to ``output``; ``timings``: also time its words and marks
+        (``RenderResult.words`` and ``marks``; empty without), at a small cost per segment."""
         started = time.perf_counter()
         settings = self.settings
         voice = voice or settings.voice
@@ -362,7 +370,7 @@ class EmbeddedRenderer:
         prepared.check_speakable()
         self.check_segments(prepared, voice=voice, speed=speed)
         segments = prepared.segments
-        timeline = Timeline(text)
+        timeline = Timeline(text) if timings else None
         target = Path(output)
         with atomic_output(target) as part:
             writer = open_writer(part, fmt, rate_hz, bitrate_bps=settings.opus_bitrate_bps)
@@ -386,9 +394,11 @@ class EmbeddedRenderer:
             finally:
                 writer.close()
             duration_s = writer.duration_s
-        marks = timeline.marks + [
-            MarkTiming(name, timeline.end_ms) for name in prepared.trailing_marks
-        ]
+        marks = (
+            timeline.marks + [MarkTiming(name, timeline.end_ms) for name in prepared.trailing_marks]
+            if timeline is not None
+            else []
+        )
         return RenderResult(
             path=target,
             format=fmt,
@@ -398,6 +408,6 @@ class EmbeddedRenderer:
             segments=len(segments),
             characters=len(text),
             warnings=prepared.warnings_json(),
-            words=timeline.words,
+            words=timeline.words if timeline is not None else [],
             marks=marks,
         )

@@ -84,7 +84,9 @@ def render_plan(
     original = renderer.prepare
     renderer.prepare = lambda *_args, **_kwargs: plan  # type: ignore[method-assign]
     try:
-        result = renderer.render(text, path, fmt=AudioFormat.WAV, sample_rate_hz=rate_hz)
+        result = renderer.render(
+            text, path, fmt=AudioFormat.WAV, sample_rate_hz=rate_hz, timings=True
+        )
     finally:
         renderer.prepare = original  # type: ignore[method-assign]
     pcm, decoded_rate = decode_to_pcm(path)

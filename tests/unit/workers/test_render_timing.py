@@ -146,7 +146,11 @@ def test_an_engine_without_word_times_gives_sentence_timings(tmp_path: Path) -> 
     engine = RecordingEngine(voices=("a",))
     text = "First sentence here. Second one."
     with EmbeddedRenderer(EmbeddedSettings(voice="a", paragraph_pause_s=0), engine=engine) as r:
-        result = r.render(text, tmp_path / "s.wav", fmt=AudioFormat.WAV, sample_rate_hz=8000)
+        result = r.render(
+            text, tmp_path / "s.wav", fmt=AudioFormat.WAV, sample_rate_hz=8000, timings=True
+        )
+        untimed = r.render(text, tmp_path / "u.wav", fmt=AudioFormat.WAV, sample_rate_hz=8000)
+    assert untimed.words == [] and untimed.duration_s == result.duration_s  # only when asked
     assert [w.text for w in result.words] == ["First sentence here.", "Second one."]
     first, second = result.words
     # RecordingEngine: one sample per character at 1 kHz, no pause between sentences.

@@ -118,6 +118,7 @@ def test_the_document_renders_with_its_break_and_marks(
         fmt=AudioFormat.WAV,
         sample_rate_hz=RATE_HZ,
         text_options=TextOptions(ssml=True),
+        timings=True,
     )
     pcm, rate = decode_to_pcm(path)
     assert rate == RATE_HZ and result.duration_s > 3
