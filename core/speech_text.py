@@ -108,6 +108,11 @@ class TextOptions:
     lexicon_names: tuple[str, ...] = ()
     """The names of those lexicons (shown in the job record)."""
 
+    def reads_as_ssml(self, text: str) -> bool:
+        """Whether ``text`` is read as SSML: ``ssml`` true, or unset and the text starts
+        like an XML document (:func:`~voicelane.core.ssml.looks_like_ssml`)."""
+        return self.ssml if self.ssml is not None else looks_like_ssml(text)
+
     def to_fields(self) -> dict[str, str]:
         """As string fields (a Redis hash, the lane's request)."""
         fields = {
@@ -223,7 +228,7 @@ def prepare_text(
     :class:`~voicelane.common.errors.InvalidInputError` naming ``field`` (the request's own
     name for its text) for SSML that cannot be read."""
     collector = _Collector(profile, options, max_segment_chars, len(text))
-    is_ssml = options.ssml if options.ssml is not None else looks_like_ssml(text)
+    is_ssml = options.reads_as_ssml(text)
     if is_ssml:
         blocks, notes = ssml_blocks(text, field=field)
         for note in notes:

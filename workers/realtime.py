@@ -90,7 +90,6 @@ from voicelane.core.speech_text import (
     PreparedText,
     SpokenSegment,
     TextOptions,
-    looks_like_ssml,
     prepare_text,
 )
 from voicelane.core.text import Segment, normalize_whitespace, split_sentences
@@ -136,12 +135,6 @@ def _slices(pcm: PcmF32, rate_hz: int, started: bool) -> Iterator[PcmF32]:
 
 
 _TAG = re.compile(r"<[^>]*>")
-
-
-def reads_as_ssml(text: str, options: TextOptions) -> bool:
-    """Whether a request's text is an SSML document: ``ssml`` true, or unset and the text
-    starts with ``<speak`` (:func:`~voicelane.core.speech_text.looks_like_ssml`)."""
-    return options.ssml if options.ssml is not None else looks_like_ssml(text)
 
 
 def ssml_caption(document: str, segment: SpokenSegment) -> str:
@@ -605,7 +598,7 @@ class Session:
         """Sentences as the request's text arrives: complete ones first, the rest at the end.
         Each cut sentence is prepared for the engine as it is cut (:func:`prepare_text`:
         normalization, lexicons, the engine's alphabet) as plain text. A Synthesize request
-        whose text is SSML (:func:`reads_as_ssml`) is prepared whole once all of it has
+        whose text is SSML (:meth:`TextOptions.reads_as_ssml`) is prepared whole once all of it has
         arrived; its segments then stream like sentences. A conversation's text is always
         plain text (it arrives in pieces: no document to read)."""
         options = self.request.text_options
@@ -631,7 +624,7 @@ class Session:
                 text_piece = piece.kind is InputKind.TEXT
                 if not decided and text_piece and piece.text.strip():
                     decided = True  # the first text says whether it is a document
-                    if reads_as_ssml(piece.text, options):
+                    if options.reads_as_ssml(piece.text):
                         document = ""
                 if document is not None:
                     if text_piece:
