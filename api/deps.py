@@ -8,6 +8,7 @@ health and readiness answer at once whatever Redis does."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from voicelane.api.engines import EngineRegistry
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
+from voicelane.common.errors import MalformedRequestError
 from voicelane.core.batch_lane import BatchClient
 from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.ledger import Ledger
@@ -88,6 +90,16 @@ async def blocking(state: ApiState, fn: Callable[P, R], *args: P.args, **kwargs:
     return await anyio.to_thread.run_sync(
         lambda: fn(*args, **kwargs), limiter=state.blocking_threads
     )
+
+
+def json_body(raw: bytes) -> object:
+    """A request body decoded as JSON, or 400 ``malformed_request`` saying why."""
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise MalformedRequestError(f"malformed JSON: {error}") from None
+    except RecursionError:
+        raise MalformedRequestError("malformed JSON: nested too deep") from None
 
 
 def api_state(connection: HTTPConnection) -> ApiState:

@@ -7,14 +7,13 @@ submission, and a rejected one leaves the ledger and the queues exactly as they 
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from voicelane.api.deps import ApiState, State, Tenant, blocking
+from voicelane.api.deps import ApiState, State, Tenant, blocking, json_body
 from voicelane.api.routes.callbacks import check_callback
 from voicelane.common.audio import AudioFormat, format_from_name
 from voicelane.common.audio.files import allowed_sample_rates
@@ -157,12 +156,7 @@ async def _read_job_request(request: Request, settings: ApiSettings) -> tuple[Jo
         raw = await request.body()  # bounded while it streams in (voicelane.api.body_limit)
         if len(raw) > settings.max_upload_bytes + 4096:
             raise TextTooLargeError(f"request body is over {settings.max_upload_bytes} bytes")
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise MalformedRequestError(f"malformed JSON: {error}") from None
-        except RecursionError:
-            raise MalformedRequestError("malformed JSON: nested too deep") from None
+        data = json_body(raw)
         if not isinstance(data, dict):
             raise MalformedRequestError("the JSON body must be an object")
         for name, value in data.items():

@@ -12,16 +12,14 @@ Requests name the lexicons they apply (or get the tenant's default) at submissio
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from voicelane.api.deps import State, Tenant, blocking
+from voicelane.api.deps import State, Tenant, blocking, json_body
 from voicelane.common.errors import (
     InvalidInputError,
-    MalformedRequestError,
     UnsupportedMediaTypeError,
 )
 from voicelane.core.ledger.lexicons import (
@@ -146,12 +144,7 @@ async def clear_default(name: str, state: State, tenant: Tenant) -> JSONResponse
 def _parse(content_type: str, raw: bytes) -> Lexicon:
     """The lexicon a PUT carries, or the 4xx naming what is wrong with it."""
     if content_type in JSON_TYPES:
-        try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise MalformedRequestError(f"malformed JSON: {error}") from None
-        except RecursionError:
-            raise MalformedRequestError("malformed JSON: nested too deep") from None
+        data = json_body(raw)
         return parse_lexicon_json(data)
     if content_type in PLS_TYPES:
         try:
