@@ -52,7 +52,15 @@ from voicelane.core.text import (
     split_sentences,
 )
 from voicelane.core.text_blocks import PLAIN, Block, Run, Voicing
-from voicelane.core.text_map import MapBuilder, Mapped, concat, identity, replacement, sliced
+from voicelane.core.text_map import (
+    MapBuilder,
+    Mapped,
+    concat,
+    identity,
+    replacement,
+    sliced,
+    translate,
+)
 from voicelane.core.text_profiles import TextProfile
 
 __all__ = [
@@ -399,7 +407,7 @@ class _Collector:
         they become parentheses."""
         if not self.profile.phonemes or not ("[" in mapped.text or "]" in mapped.text):
             return mapped
-        return mapped.then(_translated(mapped.text, _BRACKETS))
+        return mapped.then(translate(mapped.text, _BRACKETS))
 
     def _phonemes(self, word: Mapped, ipa: str) -> Mapped:
         """``word`` said as ``ipa``: espeak-ng's ``[[...]]`` on an engine that takes phonemes,
@@ -485,18 +493,6 @@ def _as_ipa(phoneme: str, alphabet: str) -> str:
 
 
 _BRACKETS = {"[": "(", "]": ")"}
-
-
-def _translated(text: str, table: Mapping[str, str]) -> Mapped:
-    builder = MapBuilder(text)
-    position = 0
-    for index, char in enumerate(text):
-        if char in table:
-            builder.keep(position, index)
-            builder.replace(index, index + 1, table[char])
-            position = index + 1
-    builder.keep(position, len(text))
-    return builder.build()
 
 
 def _align(text: str, segment: Segment) -> Mapped:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from voicelane.core.ssml import Boundary, Break, Mark, Speech, SsmlWarning, read_ssml
 from voicelane.core.text_blocks import Block, Run
-from voicelane.core.text_map import MapBuilder, Mapped
+from voicelane.core.text_map import Mapped, translate
 
 __all__ = ["ssml_blocks"]
 
@@ -57,15 +57,9 @@ def ssml_blocks(source: str, *, field: str = "text") -> tuple[list[Block], tuple
 def _one_line(mapped: Mapped) -> Mapped:
     """Line breaks in a document are layout, not sentence ends (those come from ``<s>``,
     ``<p>`` and punctuation): each becomes a space."""
-    text = mapped.text
-    if "\n" not in text and "\r" not in text:
+    if "\n" not in mapped.text and "\r" not in mapped.text:
         return mapped
-    builder = MapBuilder(text)
-    position = 0
-    for index, char in enumerate(text):
-        if char in "\r\n":
-            builder.keep(position, index)
-            builder.replace(index, index + 1, " ")
-            position = index + 1
-    builder.keep(position, len(text))
-    return mapped.then(builder.build())
+    return mapped.then(translate(mapped.text, _LINE_BREAKS))
+
+
+_LINE_BREAKS = {"\n": " ", "\r": " "}

@@ -20,10 +20,19 @@ Build one with :class:`MapBuilder`::
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["MapBuilder", "Mapped", "Piece", "concat", "identity", "replacement", "sliced"]
+__all__ = [
+    "MapBuilder",
+    "Mapped",
+    "Piece",
+    "concat",
+    "identity",
+    "replacement",
+    "sliced",
+    "translate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,3 +214,17 @@ def sliced(mapped: Mapped, start: int, end: int) -> Mapped:
     builder.keep(start, end)
     inner = builder.build()
     return mapped.then(inner)
+
+
+def translate(text: str, table: Mapping[str, str]) -> Mapped:
+    """``text`` with each character in ``table`` replaced by its entry (one character for
+    another, or a string), every other character kept."""
+    builder = MapBuilder(text)
+    position = 0
+    for index, char in enumerate(text):
+        if char in table:
+            builder.keep(position, index)
+            builder.replace(index, index + 1, table[char])
+            position = index + 1
+    builder.keep(position, len(text))
+    return builder.build()

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from voicelane.core.text_map import MapBuilder, Mapped, concat, identity, replacement, sliced
+from voicelane.core.text_map import (
+    MapBuilder,
+    Mapped,
+    concat,
+    identity,
+    replacement,
+    sliced,
+    translate,
+)
 
 
 def test_a_replacement_maps_every_part_of_its_output_to_the_whole_source() -> None:
@@ -86,3 +94,9 @@ def normalize_like(source: str) -> Mapped:
     builder.replace(start, start + 2, "three dollars")
     builder.keep(start + 2, len(source))
     return builder.build()
+
+
+def test_translate_replaces_listed_characters_one_by_one() -> None:
+    mapped = translate("a[b]\nc", {"[": "(", "]": ")", "\n": " "})
+    assert mapped.text == "a(b) c"
+    assert mapped.source_span(1, 2) == (1, 2) and mapped.source_span(5, 6) == (5, 6)
