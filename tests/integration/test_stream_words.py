@@ -162,7 +162,14 @@ async def test_the_sdk_and_the_cli_hand_the_words_on(
     assert all(DOCUMENT[w["char_start"] : w["char_end"]] == w["text"] for w in written)
     for got, streamed in zip(written, marked_result.words_json(), strict=True):
         assert got["start_ms"] == pytest.approx(streamed["start_ms"], abs=5)
-    assert json.loads(marks.read_text(encoding="utf-8")) == marked_result.marks_json()
+    # Two streams of one text: espeak's audio may differ by a sample run between them (in one
+    # process it is not bit-identical), so times agree within the words' tolerance; "done",
+    # after the last word, is at the end of the audio.
+    written_marks = json.loads(marks.read_text(encoding="utf-8"))
+    streamed_marks = marked_result.marks_json()
+    assert [m["name"] for m in written_marks] == [m["name"] for m in streamed_marks]
+    for got, streamed in zip(written_marks, streamed_marks, strict=True):
+        assert got["time_ms"] == pytest.approx(streamed["time_ms"], abs=5)
 
 
 def websocket_messages(client: TestClient, text: str) -> list[dict[str, Any]]:
