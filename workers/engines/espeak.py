@@ -31,7 +31,10 @@ event that falls in silence is moved to the first audible sample after it (-45 d
 pitch``). espeak's ``espeakPITCH`` parameter (0-100, 50 the voice's normal) scales the
 voice's base pitch by ``pitch_adjust_tab[value] / 128``, a table that doubles every 50 steps
 (0: x0.5, 50: x1, 100: x2); so ``value = 50 + x * 50 / 12``, rounded, within 0-100: one
-semitone is ~4.17 steps and the range is +-12 semitones (beyond it, clamped).
+semitone is ~4.17 steps and the range is +-12 semitones (beyond it, clamped). The base alone
+would leave the intonation's swing as it was (-7 semitones measured as x0.78 of the median
+pitch, not x0.67): ``espeakRANGE`` (linear, 50 the voice's normal) is scaled by the same
+factor, ``50 * 2 ** (x / 12)``, so the whole contour moves.
 
 **Phonemes.** Text between ``[[`` and ``]]`` is read as espeak phoneme mnemonics (SSML
 ``phoneme``, which the text pipeline writes that way): the ``espeakPHONEMES`` synth flag is
@@ -69,6 +72,7 @@ _PHONEMES = 0x100
 _END_PAUSE = 0x1000
 _PARAM_RATE = 1
 _PARAM_PITCH = 3
+_PARAM_RANGE = 4
 _EVENT_LIST_TERMINATED = 0
 _EVENT_WORD = 1
 _EE_OK = 0
@@ -86,6 +90,12 @@ DEFAULT_PITCH = 50
 MAX_PITCH = 100
 PITCH_STEPS_PER_SEMITONE = 50 / 12
 """espeak's pitch table doubles every 50 steps: 12 semitones."""
+
+
+def range_value(semitones: float) -> int:
+    """``espeakRANGE`` for a shift of ``semitones``: the contour's swing scaled as its base
+    (module docstring), within 0-100."""
+    return max(0, min(MAX_PITCH, round(DEFAULT_PITCH * 2 ** (semitones / 12))))
 
 
 def pitch_value(semitones: float) -> int:
@@ -179,7 +189,7 @@ class _Library:
         self._callback = _SynthCallback(self._on_audio)
         self._lib.espeak_SetSynthCallback(self._callback)
         self.voices: dict[str, tuple[bytes, VoiceInfo]] = self._list_voices()
-        self._current: tuple[str, int, int] | None = None
+        self._current: tuple[str, int, int, int] | None = None
 
     @classmethod
     def get(cls) -> _Library:
@@ -228,15 +238,18 @@ class _Library:
                 voices[voice_id] = (identifier, replace(info, id=voice_id))
         return voices
 
-    def synthesize(self, text: str, voice_id: str, rate_wpm: int, pitch: int) -> TimedAudio:
+    def synthesize(
+        self, text: str, voice_id: str, rate_wpm: int, pitch: int, pitch_range: int
+    ) -> TimedAudio:
         """``text`` spoken, with its word events."""
         identifier, _ = self.voices[voice_id]
-        if self._current != (voice_id, rate_wpm, pitch):
+        if self._current != (voice_id, rate_wpm, pitch, pitch_range):
             if self._lib.espeak_SetVoiceByName(identifier) != _EE_OK:
                 raise EngineError(f"espeak could not select voice {voice_id!r}")
             self._lib.espeak_SetParameter(_PARAM_RATE, rate_wpm, 0)
             self._lib.espeak_SetParameter(_PARAM_PITCH, pitch, 0)
-            self._current = (voice_id, rate_wpm, pitch)
+            self._lib.espeak_SetParameter(_PARAM_RANGE, pitch_range, 0)
+            self._current = (voice_id, rate_wpm, pitch, pitch_range)
         self._chunks = []
         self._words = []
         data = text.encode("utf-8")
@@ -338,8 +351,9 @@ class EspeakEngine(Engine):
     def voices(self) -> list[VoiceInfo]:
         return list(self._voices)
 
-    def _resolve(self, utterance: Utterance) -> tuple[str, int, int]:
-        """The espeak voice, rate (words per minute) and pitch (0-100) of an utterance."""
+    def _resolve(self, utterance: Utterance) -> tuple[str, int, int, int]:
+        """The espeak voice, rate (words per minute), pitch and pitch range (0-100 each) of
+        an utterance."""
         voice = utterance.voice
         if voice == DEFAULT_VOICE:
             voice = _AUTO_CJK_VOICE if contains_cjk(utterance.text) else _AUTO_LATIN_VOICE
@@ -348,7 +362,8 @@ class EspeakEngine(Engine):
         for name, value in utterance.params:
             if name == "pitch_semitones" and isinstance(value, int | float):
                 semitones = float(value)
-        return voice, max(MIN_RATE_WPM, min(MAX_RATE_WPM, rate)), pitch_value(semitones)
+        rate = max(MIN_RATE_WPM, min(MAX_RATE_WPM, rate))
+        return voice, rate, pitch_value(semitones), range_value(semitones)
 
     def synthesize_timed(self, batch: Sequence[Utterance]) -> list[TimedAudio]:
         return [self._library.synthesize(u.text, *self._resolve(u)) for u in batch]

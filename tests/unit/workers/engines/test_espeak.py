@@ -9,7 +9,7 @@ from voicelane.common.errors import InvalidInputError, UnknownVoiceError
 from voicelane.core.rules import DEFAULT_VOICE as AUTO_VOICE
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Utterance, create_engine
-from voicelane.workers.engines.espeak import EspeakEngine, pitch_value
+from voicelane.workers.engines.espeak import EspeakEngine, pitch_value, range_value
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +147,9 @@ def test_pitch_semitones_map_onto_espeaks_pitch_table() -> None:
     assert pitch_value(12) == 100 and pitch_value(-12) == 0
     assert pitch_value(6) == 75 and pitch_value(-6) == 25
     assert pitch_value(40) == 100 and pitch_value(-40) == 0
+    # The contour's swing scales with its base (espeakRANGE is linear, 50 the normal).
+    assert range_value(0) == 50 and range_value(12) == 100 and range_value(-12) == 25
+    assert range_value(-7) == 33 and range_value(40) == 100
 
 
 def _median_f0_hz(pcm: np.ndarray, rate_hz: int) -> float:
