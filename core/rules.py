@@ -83,6 +83,9 @@ class EngineCapabilities:
     """Any ``seed:N`` (0 <= N <= MAX_SEED) is a voice too."""
     word_timings: bool = False
     """The engine reports when each word starts (word timings; else sentence timings)."""
+    voice_kinds: tuple[str, ...] = ()
+    """The kinds of tenant voice the engine can make (:data:`voicelane.core.speakers.VOICE_KINDS`:
+    seed, embedding, clip, mix); none: only its own voices."""
     voice_ids: frozenset[str] = field(init=False, repr=False, compare=False)
     """The voices' ids (computed once: every request looks its voice up here)."""
 
@@ -98,6 +101,7 @@ class EngineCapabilities:
                 "max_speed": self.max_speed,
                 "seed_voices": self.seed_voices,
                 "word_timings": self.word_timings,
+                "voice_kinds": list(self.voice_kinds),
                 "voices": [[v.id, v.name, list(v.languages), v.gender] for v in self.voices],
             },
             separators=(",", ":"),
@@ -115,6 +119,7 @@ class EngineCapabilities:
             seed_voices=bool(data["seed_voices"]),
             # Absent from what workers published before word timings: none.
             word_timings=bool(data.get("word_timings", False)),
+            voice_kinds=tuple(str(k) for k in data.get("voice_kinds", ())),
             voices=tuple(
                 VoiceInfo(str(i), str(n), tuple(str(x) for x in langs), str(g))
                 for i, n, langs, g in data["voices"]

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from voicelane.core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
+from voicelane.core.speakers import SpeakerDef
 
 __all__ = [
     "Engine",
@@ -54,6 +55,10 @@ class Utterance:
     """For sampling engines: same seed + same text → same audio."""
     params: tuple[tuple[str, float | int | str], ...] = field(default=())
     """Engine-specific sampling parameters, as sorted pairs so utterances stay hashable."""
+    speaker: SpeakerDef | None = None
+    """A voice the engine does not list (a tenant's voice, a mix), resolved at submission;
+    ``voice`` is then ``custom:<digest>``. Only engines whose capabilities list
+    ``voice_kinds`` get one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,9 @@ class Engine(ABC):
     word_timings: bool = False
     """The engine reports where each word starts (:meth:`synthesize_timed` gives
     :class:`WordEvent`s); published in its capabilities."""
+    voice_kinds: tuple[str, ...] = ()
+    """The kinds of tenant voice (:data:`voicelane.core.speakers.VOICE_KINDS`) the engine
+    renders from :attr:`Utterance.speaker`; published in its capabilities."""
 
     def load(self) -> None:  # noqa: B027 - optional hook
         """Load the model. Called once, on the thread that will run it."""
@@ -185,6 +193,7 @@ class Engine(ABC):
                 voices=tuple(self.voices()),
                 seed_voices=self.seed_voices,
                 word_timings=self.word_timings,
+                voice_kinds=self.voice_kinds,
             )
             self.__dict__["_capabilities"] = cached
         return cached
