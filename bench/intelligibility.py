@@ -1,4 +1,4 @@
-"""The intelligibility check: rendered English transcribed by pocketsphinx, scored by word error rate.
+"""The intelligibility check: rendered English transcribed by pocketsphinx, scored by WER.
 
 A machine listener (pocketsphinx 5, its English acoustic model, language model and dictionary
 from its wheel) transcribes what an engine says; the word error rate (WER) against the text
@@ -18,6 +18,16 @@ resampling to pocketsphinx's 16 kHz is :func:`resample_fft` here (exact band-lim
 resampling of the whole signal through numpy's FFT), not the project's polyphase
 :class:`~voicelane.common.audio.StreamResampler` — a bug there must show in the WER, not be
 undone by the same code on the way back.
+
+**The listener's noise floor.** Before recognition, :func:`transcribe` adds Gaussian noise at
+:data:`NOISE_FLOOR_DBFS` (-60 dBFS, seeded: the same audio always gives the same text), the
+floor of any microphone recording. Without it pocketsphinx is thrown by *digital* silence:
+espeak's pauses are exact zeros, and the sentence set's WER through the WAV path was 0.85
+(the issue's "espeak 0.82") — yet 0.37 with the floor, and a broken pipeline no longer stood
+out from a working one (a rate mix-up: 1.0 against 0.85; half the packets zeroed: 0.70,
+better than intact). With the floor the check tells them apart (measured on espeak, WAV /
+Ogg: intact 0.37 / 0.16; resampling 8.8% off 0.55; rate x1.5 0.93 / 1.06; half the 20 ms
+packets zeroed 0.68 / 0.49; +30 dB clipping 0.73 / 0.60; white noise 1.0 / 1.0).
 
 Words are compared after :func:`normalize_words` (lower case, punctuation dropped,
 contractions spelled out on both sides: pocketsphinx writes "we're" for "we are"). Keep the
@@ -40,7 +50,7 @@ import numpy.typing as npt
 
 from voicelane.common.audio import AudioFormat
 from voicelane.core.settings import EmbeddedSettings
-from voicelane.workers.engines import PcmF32, Utterance
+from voicelane.workers.engines import Engine, PcmF32, Utterance
 from voicelane.workers.render import EmbeddedRenderer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +59,12 @@ SENTENCES_PATH = ROOT / "tests" / "data" / "intelligibility_en.txt"
 
 RECOGNIZER_RATE_HZ = 16000
 """pocketsphinx's English acoustic model is trained on 16 kHz audio."""
+
+NOISE_FLOOR_DBFS = -60.0
+"""The listener's noise floor (module docstring): RMS of the Gaussian noise added to the audio
+before recognition, in dB relative to full scale."""
+
+_NOISE_SEED = 21
 
 ENGINE_PATH = "engine"
 """The engine's own PCM (through the renderer's batcher), resampled by this module only."""
@@ -112,13 +128,19 @@ def _decoder() -> Any:
     return Decoder(samprate=RECOGNIZER_RATE_HZ, loglevel="FATAL")
 
 
-def transcribe(pcm: npt.ArrayLike, sample_rate_hz: int) -> str:
+def transcribe(
+    pcm: npt.ArrayLike, sample_rate_hz: int, *, noise_floor_dbfs: float | None = NOISE_FLOOR_DBFS
+) -> str:
     """What pocketsphinx hears in ``pcm`` (float32 mono in [-1, 1] at ``sample_rate_hz``):
     its best hypothesis, lower case, words separated by spaces ("" when it hears nothing).
 
-    The audio goes in as one whole utterance (``full_utt``: the cepstral mean is taken over
-    all of it), so the result does not depend on what was transcribed before."""
+    ``noise_floor_dbfs``: the seeded noise added first (module docstring; None: none). The
+    audio goes in as one whole utterance (``full_utt``), so the result depends on nothing
+    transcribed before: the same audio always gives the same text."""
     audio = resample_fft(pcm, sample_rate_hz, RECOGNIZER_RATE_HZ)
+    if noise_floor_dbfs is not None:
+        noise = np.random.default_rng(_NOISE_SEED).standard_normal(len(audio))
+        audio = (audio + noise * 10 ** (noise_floor_dbfs / 20)).astype(np.float32)
     samples = (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2")
     decoder = _decoder()
     decoder.start_utt()
@@ -152,11 +174,12 @@ def normalize_words(text: str) -> list[str]:
     lowered = text.lower().replace("\u2019", "'")
     words: list[str] = []
     for token in _WORD.findall(lowered):
+        spelled = token
         for short, long in _CONTRACTIONS:
             if token.endswith(short):
-                token = token[: -len(short)] + long
+                spelled = token[: -len(short)] + long
                 break
-        words.extend(token.split())
+        words.extend(spelled.split())
     return words
 
 
@@ -215,7 +238,8 @@ class WerReport:
 
 def score(text: str, heard: str) -> SentenceScore:
     reference = normalize_words(text)
-    return SentenceScore(text, heard, word_errors(reference, normalize_words(heard)), len(reference))
+    errors = word_errors(reference, normalize_words(heard))
+    return SentenceScore(text, heard, errors, len(reference))
 
 
 def load_sentences(path: Path = SENTENCES_PATH) -> list[str]:
@@ -225,6 +249,20 @@ def load_sentences(path: Path = SENTENCES_PATH) -> list[str]:
 
 
 # ---- one engine, every path ------------------------------------------------------------------
+
+
+def english_voice(engine: Engine) -> str:
+    """``auto`` where the engine takes it (it picks English for English text), else the first
+    voice listed for an English language."""
+    try:
+        engine.validate(Utterance("check", "auto"))
+        return "auto"
+    except Exception:  # any refusal: look for an English voice instead
+        pass
+    for voice in engine.voices():
+        if any(language.lower().startswith("en") for language in voice.languages):
+            return voice.id
+    raise ValueError(f"engine {engine.name} has no English voice")
 
 
 def renderer_for(engine_name: str, *, settings: EmbeddedSettings | None = None) -> EmbeddedRenderer:
@@ -244,8 +282,8 @@ def render_sentences(
 ) -> dict[str, list[tuple[PcmF32, int]]]:
     """Each sentence's audio through each path: ``{path: [(pcm, rate), ...]}``, sentences in
     order. Files are written by :meth:`EmbeddedRenderer.render` at the settings' delivery
-    rate and read back with :func:`decode_file`."""
-    voice = voice or renderer.settings.voice
+    rate and read back with :func:`decode_file`. ``voice``: default :func:`english_voice`."""
+    voice = voice or english_voice(renderer.engine)
     out: dict[str, list[tuple[PcmF32, int]]] = {}
     for path in paths:
         audio: list[tuple[PcmF32, int]] = []
@@ -274,7 +312,7 @@ def engine_wer(
     """``engine_name``'s WER on ``sentences`` through each path, as pocketsphinx hears it.
 
     ``renderer``: an open renderer of that engine to use (else one is made and closed);
-    ``voice``: the voice asked for (else the settings' default, ``auto``)."""
+    ``voice``: the voice asked for (else :func:`english_voice`)."""
     owned = renderer is None
     active = renderer if renderer is not None else renderer_for(engine_name)
     try:
@@ -284,13 +322,20 @@ def engine_wer(
         if owned:
             active.close()
     return {
-        path: WerReport(
-            engine_name,
-            path,
-            tuple(
-                score(text, transcribe(pcm, rate_hz))
-                for text, (pcm, rate_hz) in zip(sentences, pieces, strict=True)
-            ),
-        )
-        for path, pieces in audio.items()
+        path: wer_report(engine_name, path, sentences, pieces) for path, pieces in audio.items()
     }
+
+
+def wer_report(
+    engine_name: str, path: str, sentences: Sequence[str], audio: Sequence[tuple[PcmF32, int]]
+) -> WerReport:
+    """The WER of ``audio`` (one ``(pcm, rate)`` per sentence, in order) as pocketsphinx
+    hears it."""
+    return WerReport(
+        engine_name,
+        path,
+        tuple(
+            score(text, transcribe(pcm, rate_hz))
+            for text, (pcm, rate_hz) in zip(sentences, audio, strict=True)
+        ),
+    )
