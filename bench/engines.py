@@ -12,8 +12,10 @@ another's), on the sentence set of the intelligibility check
 * **first audio**: a sentence submitted as a stream is served (the shared
   :class:`~voicelane.workers.batching.Batcher`, ``submit_stream`` at real-time priority, the
   embedded renderer's batcher) → its first non-empty chunk; median of ``--repeat``;
-* **memory**: the process's resident memory grown by creating and loading the engine
-  (imports included), and its peak over the whole run;
+* **memory**: the process's resident memory grown by creating and loading the engine and
+  rendering one sentence (imports and first-call allocations included), and its peak through
+  the batch-size runs (the largest batch's working memory; before the renderer and the
+  listener are loaded);
 * **WER** as pocketsphinx hears each sentence (:mod:`bench.intelligibility`): the engine's
   PCM, ``voicelane render`` to WAV and to Ogg Opus at the default 24 kHz.
 
@@ -115,8 +117,7 @@ def _status_kib(key: str) -> int:
 def batch_runs(
     engine: Engine, utterances: Sequence[Utterance], sizes: Sequence[int]
 ) -> list[BatchRun]:
-    """``synthesize`` on all ``utterances`` in calls of each batch size (after one warm-up)."""
-    engine.synthesize(utterances[:1])
+    """``synthesize`` on all ``utterances`` in calls of each batch size."""
     runs: list[BatchRun] = []
     for size in sizes:
         started = time.perf_counter()
@@ -154,11 +155,13 @@ def measure(name: str, *, quick: bool, items: int, repeat: int) -> EngineResult:
     engine = create_engine(name, device="cpu", chattts=settings.chattts)
     engine.load()
     load_s = time.perf_counter() - started
-    rss_load = _status_kib("VmRSS") - rss_before
     voice = english_voice(engine)
+    engine.synthesize([Utterance(sentences[0], voice)])  # what the first call allocates counts
+    rss_load = _status_kib("VmRSS") - rss_before
     utterances = [Utterance(text, voice) for text in islice(cycle(sentences), items)]
     sizes = [s for s in (QUICK_BATCH_SIZES if quick else BATCH_SIZES) if s <= items]
     batches = batch_runs(engine, utterances, sizes)
+    rss_peak = _status_kib("VmHWM") - rss_before  # before the renderer and the listener
     engine.unload()  # the renderer's batcher loads it again, on its own thread
     paths = PATHS[1:] if quick else PATHS
     with EmbeddedRenderer(settings, engine=engine) as renderer:
@@ -171,7 +174,7 @@ def measure(name: str, *, quick: bool, items: int, repeat: int) -> EngineResult:
         max_batch=engine.max_batch,
         load_s=load_s,
         rss_load_bytes=rss_load,
-        rss_peak_bytes=_status_kib("VmHWM") - rss_before,
+        rss_peak_bytes=rss_peak,
         first_audio_s=first_s,
         batches=batches,
         wer={path: report.wer for path, report in reports.items()},
@@ -226,7 +229,8 @@ def print_tables(results: Sequence[EngineResult], *, per_sentence: bool) -> None
     print(f"baseline: {base.engine} at batch 1 (RTF {base_rtf:.4f})\n")
     header(
         "engine (voice, rate)", "RTF batch 1", "vs baseline", "best batch", "RTF best",
-        "best vs batch 1", "first audio ms", "load s", "RSS from load MB", "peak RSS MB",
+        "best's throughput vs batch 1", "first audio ms", "load s", "RSS from load MB",
+        "peak RSS MB",
         "WER engine PCM", "WER WAV", "WER Ogg Opus",
     )  # fmt: skip
     for r in results:
@@ -234,7 +238,7 @@ def print_tables(results: Sequence[EngineResult], *, per_sentence: bool) -> None
         print(
             f"| {r.engine} ({r.voice}, {r.sample_rate_hz} Hz) | {b1.rtf:.4f} "
             f"| {b1.rtf / base_rtf:.2f}x | {best.batch} | {best.rtf:.4f} "
-            f"| {b1.rtf / best.rtf:.2f}x throughput | {r.first_audio_s * 1000:.0f} "
+            f"| {b1.rtf / best.rtf:.2f}x | {r.first_audio_s * 1000:.0f} "
             f"| {r.load_s:.2f} | {_mb(r.rss_load_bytes)} | {_mb(r.rss_peak_bytes)} "
             f"| {_wer(r, ENGINE_PATH)} | {_wer(r, AudioFormat.WAV.value)} "
             f"| {_wer(r, AudioFormat.OGG.value)} |"
