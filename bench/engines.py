@@ -258,7 +258,7 @@ def print_tables(results: Sequence[EngineResult], *, per_sentence: bool) -> None
         for r in results:
             for path, rows in r.heard.items():
                 print(f"\n{r.engine}, {path}: WER {r.wer[path]:.2f}\n")
-                header("sentence", "heard", "WER")
+                print("| sentence | heard | WER |\n|---|---|---:|")
                 for text, heard, wer in rows:
                     print(f"| {text} | {heard or '(nothing)'} | {wer:.2f} |")
 

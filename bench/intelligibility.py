@@ -22,12 +22,15 @@ undone by the same code on the way back.
 **The listener's noise floor.** Before recognition, :func:`transcribe` adds Gaussian noise at
 :data:`NOISE_FLOOR_DBFS` (-60 dBFS, seeded: the same audio always gives the same text), the
 floor of any microphone recording. Without it pocketsphinx is thrown by *digital* silence:
-espeak's pauses are exact zeros, and the sentence set's WER through the WAV path was 0.85
-(the issue's "espeak 0.82") — yet 0.37 with the floor, and a broken pipeline no longer stood
-out from a working one (a rate mix-up: 1.0 against 0.85; half the packets zeroed: 0.70,
-better than intact). With the floor the check tells them apart (measured on espeak, WAV /
-Ogg: intact 0.37 / 0.16; resampling 8.8% off 0.55; rate x1.5 0.93 / 1.06; half the 20 ms
-packets zeroed 0.68 / 0.49; +30 dB clipping 0.73 / 0.60; white noise 1.0 / 1.0).
+espeak's pauses are exact zeros, and its WER on the sentence set through the WAV path was
+0.85 (the issue's "espeak 0.82") — a broken pipeline then scored no worse than a working one
+(WAV, no floor: intact 0.85; clipped 0.78; half the 20 ms packets zeroed 0.83). With the
+floor, espeak measures 0.30-0.38 (WAV) and the broken pipelines stand out (WAV / Ogg Opus:
+intact 0.30-0.38 / 0.17-0.30; a resampler given the wrong source rate 1.01 / 1.01; resampling
+skipped 0.57; audio at 2/3 of its rate 0.99 / 1.07; half the 20 ms packets zeroed 0.57 / 0.44;
++30 dB and clipped 0.85 / 0.75; white noise 1.0). The ranges are espeak's own: libespeak-ng
+keeps state between utterances, so the same sentence renders slightly differently depending
+on what the process rendered before.
 
 Words are compared after :func:`normalize_words` (lower case, punctuation dropped,
 contractions spelled out on both sides: pocketsphinx writes "we're" for "we are"). Keep the
