@@ -72,7 +72,7 @@ BOUNDS: dict[str, dict[str, float]] = {
 
 CHATTTS_REASON = (
     "chattts: no real weights here, and the tiny random-weight checkpoint speaks noise "
-    "(WER 1.0 whatever the pipeline does): nothing to guard"
+    "(pocketsphinx hears nothing: WER 1.0 whatever the pipeline does): nothing to guard"
 )
 
 Audio = dict[str, list[tuple[PcmF32, int]]]
