@@ -25,8 +25,8 @@ floor of any microphone recording. Without it pocketsphinx is thrown by *digital
 espeak's pauses are exact zeros, and its WER on the sentence set through the WAV path was
 0.85 (the issue's "espeak 0.82") — a broken pipeline then scored no worse than a working one
 (WAV, no floor: intact 0.85; clipped 0.78; half the 20 ms packets zeroed 0.83). With the
-floor, espeak measures 0.30-0.38 (WAV) and the broken pipelines stand out (WAV / Ogg Opus:
-intact 0.30-0.38 / 0.17-0.30; a resampler given the wrong source rate 1.01 / 1.01; resampling
+floor, espeak measures 0.27-0.41 (WAV) and the broken pipelines stand out (WAV / Ogg Opus:
+intact 0.27-0.41 / 0.17-0.30; a resampler given the wrong source rate 1.01 / 1.01; resampling
 skipped 0.57; audio at 2/3 of its rate 0.99 / 1.07; half the 20 ms packets zeroed 0.57 / 0.44;
 +30 dB and clipped 0.85 / 0.75; white noise 1.0). The ranges are espeak's own: libespeak-ng
 keeps state between utterances, so the same sentence renders slightly differently depending
