@@ -25,7 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from voicelane.api.auth import ApiKeys
-from voicelane.api.engines import EngineRegistry
+from voicelane.api.engines import EngineCatalog
 from voicelane.api.grpc_auth import AuthInterceptor
 from voicelane.api.grpc_service import SERVICE_NAME, SpeechService
 from voicelane.api.llm import LlmBridge
@@ -104,7 +104,7 @@ async def start_front(
     gateway = StreamGateway(
         settings,
         lane,
-        EngineRegistry(lane, settings.engine),
+        EngineCatalog(lane, settings.served_engines()),
         min_deadline_s=min_deadline_s,
         text_options=TextOptionsResolver(ledger.lexicons.resolve),
     )

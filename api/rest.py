@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from voicelane.api.auth import ApiKeys
 from voicelane.api.body_limit import BodyLimit, route_limits
 from voicelane.api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
-from voicelane.api.engines import EngineRegistry
+from voicelane.api.engines import EngineCatalog
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
@@ -65,7 +65,7 @@ def create_app(
     # Async Redis for the real-time lane, the quotas and the engine's capabilities (connects
     # on first use).
     lane = RealtimeClient.from_url(settings.redis_url, settings.realtime)
-    engines = EngineRegistry(lane, settings.engine)
+    engines = EngineCatalog(lane, settings.served_engines())
     rate = RequestRate(
         lane.redis, per_s=settings.tenant_requests_per_s, burst=settings.tenant_request_burst
     )

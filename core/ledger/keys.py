@@ -30,7 +30,8 @@ PLACEHOLDERS = {
     "n": r"\d+",
     "tenant": r"[^:]+",
     "what": r"plan|assemble|chunk:\d+",
-    "queue": r"[a-z]+",
+    "queue": r"[a-z]+(?:\.[a-z]+)?",
+    "engine": r"[a-z]+",
 }
 """What each placeholder of a pattern may hold (job ids are uuid4 hex; chunk numbers count
 from 0; a tenant has no colon; a requeue hold is for ``plan``, ``assemble`` or ``chunk:{n}``)."""
@@ -85,12 +86,13 @@ class Family:
             raise TypeError(f"{self.pattern} takes {len(self.placeholders)} values")
         return self.pattern.format(**dict(zip(self.placeholders, map(str, values), strict=True)))
 
-    def around(self) -> tuple[str, str]:
-        """The text before and after the pattern's one placeholder (for a Lua script that
-        builds the key from a value it reads: ``head .. value .. tail``)."""
-        if len(self.placeholders) != 1:
-            raise TypeError(f"{self.pattern} has {len(self.placeholders)} placeholders, not 1")
-        head, _, tail = self.pattern.partition("{" + self.placeholders[0] + "}")
+    def around(self, *leading: str | int) -> tuple[str, str]:
+        """The text before and after the pattern's last placeholder, the ones before it
+        filled with ``leading`` (for a Lua script that builds the key from a value it reads:
+        ``head .. value .. tail``)."""
+        if len(self.placeholders) != len(leading) + 1:
+            raise TypeError(f"{self.pattern} takes {len(self.placeholders) - 1} leading values")
+        head, _, tail = self.key(*leading, "\x00").partition("\x00")
         return head, tail
 
     def matches(self, key: str) -> bool:
@@ -102,7 +104,8 @@ class Family:
 JOB = Family(
     PREFIX + "job:{job_id}",
     "hash",
-    "the job: id, tenant, state, options (voice, format, sample_rate_hz, speed, callback_url), "
+    "the job: id, tenant, state, options (voice, engine, speaker, requested_voice, format, "
+    "sample_rate_hz, speed, callback_url), "
     "characters, chunks_total/chunks_done, audio_s, timestamps, output (output_key, size_bytes, "
     "duration_s, sha256), error, last_error, assembly_started, queued_chars (what it holds of "
     "its tenant's quota until it ends)",
@@ -269,23 +272,23 @@ RECONCILER_LOCK = Family(
 # ---- the fair feed -------------------------------------------------------------------------
 
 FEED_RING = Family(
-    PREFIX + "sched:ring",
+    PREFIX + "sched:{engine}:ring",
     "list",
-    "tenants with chunks waiting, in turn order (rotated by every take)",
+    "tenants with chunks waiting for one engine, in turn order (rotated by every take)",
     Lifetime.SHARED,
     "feed.py (schedule, take)",
 )
 FEED_TENANTS = Family(
-    PREFIX + "sched:tenants",
+    PREFIX + "sched:{engine}:tenants",
     "set",
     "the ring's members (so a tenant joins the ring once)",
     Lifetime.SHARED,
     "feed.py (schedule, take)",
 )
 FEED_LINE = Family(
-    PREFIX + "sched:tenant:{tenant}",
+    PREFIX + "sched:{engine}:tenant:{tenant}",
     "list",
-    "the tenant's waiting chunks, '{job_id}:{n}', in order",
+    "the tenant's waiting chunks for one engine, '{job_id}:{n}', in order",
     Lifetime.SHARED,
     "feed.py (schedule, take)",
 )

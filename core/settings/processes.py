@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import ConfigError
+from voicelane.core.engines import CPU_ENGINES, parse_engines
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings.environment import Root
 from voicelane.core.settings.sections import (
@@ -27,8 +28,6 @@ from voicelane.core.settings.sections import (
 from voicelane.core.storage import StorageSettings
 
 DEVICE_PATTERN = r"^(cpu|cuda:\d+)$"
-CPU_ENGINES = frozenset({"espeak"})
-"""Engines that run on the CPU: for them a core is the device."""
 
 
 class EngineSettings(BaseModel):
@@ -88,6 +87,11 @@ class ServiceSettings(RedisSettings):
     the REST API serves it on its own port). ``voicelane up`` gives each process one."""
     metrics_host: str = "127.0.0.1"
     engine: str = "espeak"
+    """A worker's engine (one per worker process); the fronts' when ``engines`` is unset."""
+    engines: str = ""
+    """The engines the deployment serves, in order of preference (``piper,espeak``): the
+    fronts route each voice to its engine (docs/engines.md, "Several engines"), and
+    ``voicelane up`` starts render workers for each. Empty: ``engine`` alone."""
     max_text_chars: int = Field(1_000_000, ge=1)
     max_segment_chars: int = Field(300, ge=20)
     chunk_target_audio_s: float = Field(20.0, gt=0)
@@ -144,6 +148,12 @@ class ServiceSettings(RedisSettings):
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     """Object storage (``VOICELANE_STORAGE__*``, docs/storage.md)."""
+
+    def served_engines(self) -> tuple[str, ...]:
+        """``engines`` parsed (ConfigError when it names an unknown engine), or ``engine``."""
+        if self.engines.strip():
+            return parse_engines(self.engines, field="engines")
+        return (self.engine,)
 
 
 class WorkerSettings(ServiceSettings, EngineSettings):

@@ -184,6 +184,8 @@ def test_a_key_is_built_and_recognised_by_its_family() -> None:
     assert lease.matches(key) and not lease.matches(key + ":x")
     with pytest.raises(TypeError):
         lease.key(job_id)
-    [line] = [f for f in FAMILIES if f.pattern.endswith("sched:tenant:{tenant}")]
-    head, tail = line.around()
-    assert head + "acme" + tail == line.key("acme")
+    [line] = [f for f in FAMILIES if f.pattern.endswith("sched:{engine}:tenant:{tenant}")]
+    head, tail = line.around("piper")
+    assert head + "acme" + tail == line.key("piper", "acme")
+    with pytest.raises(TypeError):
+        line.around()
