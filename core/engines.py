@@ -9,6 +9,8 @@ out: ``auto`` and a bare id are resolved by the fronts (:mod:`voicelane.api.engi
 
 from __future__ import annotations
 
+import importlib.util
+
 from voicelane.common.errors import ConfigError
 
 ENGINE_NAMES = ("espeak", "piper", "chattts")
@@ -17,6 +19,17 @@ CPU_ENGINES = frozenset({"espeak", "piper"})
 """Engines that run on the CPU by default: for them a core is the device."""
 ENGINE_SEPARATOR = ":"
 RENDER_QUEUE_PREFIX = "render."
+DEFAULT_STACK_ENGINES = ("piper", "espeak")
+"""What ``voicelane up`` serves when no engine is configured, those installed: Piper first,
+so ``auto`` speaks English with its neural voice (intelligible where espeak is barely:
+docs/benchmarks.md, "issue 21: engines"), espeak for everything else (Mandarin...)."""
+_EXTRA_MODULES = {"piper": "piper", "chattts": "ChatTTS"}
+
+
+def engine_installed(name: str) -> bool:
+    """Whether ``name``'s extra is installed (its module can be found; nothing is imported)."""
+    module = _EXTRA_MODULES.get(name)
+    return module is None or importlib.util.find_spec(module) is not None
 
 
 def split_voice(voice: str) -> tuple[str | None, str]:

@@ -50,9 +50,11 @@ from voicelane.common.audio import (
     validate_sample_rate,
 )
 from voicelane.common.errors import DeadlineExceededError
+from voicelane.core.engines import engine_installed, split_voice
 from voicelane.core.settings import EmbeddedSettings
 from voicelane.core.speakers import SpeakerDef
 from voicelane.core.speech_text import PreparedText, SpokenSegment, TextOptions, prepare_text
+from voicelane.core.text import contains_cjk
 from voicelane.core.text_profiles import profile_for
 from voicelane.core.word_timings import (
     MarkTiming,
@@ -313,6 +315,30 @@ def speech_at_rate(
     if timeline is not None:
         timeline.end_ms = round(clock.now_ms())
     yield len(segments), final
+
+
+AUTO_ENGINE = "auto"
+"""The embedded default engine: chosen per text (:func:`embedded_engine`)."""
+ENGLISH_ENGINE_PREFERENCE = ("piper", "espeak")
+"""Which engine ``auto`` picks for a text without Chinese characters, first installed first:
+Piper's neural voice is intelligible where espeak is barely (docs/benchmarks.md, "issue 21:
+engines": word error rate 0.1 against 0.8 on the same sentences)."""
+CJK_ENGINE = "espeak"
+"""...and for a text with Chinese characters (the CPU engine with a Mandarin voice)."""
+
+
+def embedded_engine(engine: str, voice: str | None, text: str) -> tuple[str, str | None]:
+    """The engine an embedded render uses, and the voice for it: a voice that names its
+    engine (``piper:en_US-joe-medium``) picks it; else ``engine``, where ``auto`` means
+    Piper for a text without Chinese characters when it is installed, espeak otherwise."""
+    named, local = split_voice(voice) if voice else (None, None)
+    if named is not None:
+        return named, local
+    if engine != AUTO_ENGINE:
+        return engine, voice
+    if contains_cjk(text):
+        return CJK_ENGINE, voice
+    return next(name for name in ENGLISH_ENGINE_PREFERENCE if engine_installed(name)), voice
 
 
 class EmbeddedRenderer:

@@ -237,17 +237,22 @@ class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, FlowerSettings):
     llm_standin_port: int = Field(11434, ge=1, le=65535)
     """``up --llm-standin``: the port of the stand-in Ollama server (Ollama's own port)."""
 
-    def render_worker_count(self) -> int:
+    def render_worker_count(self, engine: str | None = None) -> int:
+        """Render workers of ``engine`` (None: ``engine``'s). A GPU engine gets one; the CPU
+        engines served share the cores: one worker per core each when one is served, the
+        cores divided between them when several are (at least one each)."""
         if self.render_workers is not None:
             return self.render_workers
-        if self.engine in CPU_ENGINES:
-            return max(
-                1,
-                len(os.sched_getaffinity(0))
-                if hasattr(os, "sched_getaffinity")
-                else (os.cpu_count() or 1),
-            )
-        return 1
+        engine = engine or self.engine
+        if engine not in CPU_ENGINES:
+            return 1
+        cores = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+        cpu_served = [name for name in self.served_engines() if name in CPU_ENGINES] or [engine]
+        return max(1, cores // len(cpu_served))
 
 
 ROOTS: tuple[type[Root], ...] = (
