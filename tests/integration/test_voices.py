@@ -212,7 +212,7 @@ def test_every_key_is_the_key_tables(voices: Voices) -> None:
     stored, _ = clip()
     voices.create("acme", clip_voice("c", stored), max_voices=4, clip_audio=stored.audio)
     voices.create("acme", seed_voice("s"), max_voices=4)
-    keys = [key.decode() for key in voices.redis.keys("*")]
+    keys = [bytes(key).decode() for key in voices.redis.scan_iter()]
     assert sorted(keys) == sorted([VOICES.key("acme"), VOICE_CLIP.key("acme", stored.sha256)])
     for key in keys:
         assert [f for f in FAMILIES if f.matches(key)] in ([VOICES], [VOICE_CLIP])
