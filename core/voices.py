@@ -57,6 +57,7 @@ __all__ = [
     "VoiceClip",
     "VoiceLookup",
     "check_description",
+    "check_seed",
     "check_spk_emb",
     "check_transcript",
     "check_voice_name",
