@@ -6,6 +6,7 @@ another's voices."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import redis
 from starlette.testclient import TestClient
 
 from voicelane.api.rest import create_app
+from voicelane.api.voice_options import VoiceResolver
 from voicelane.common.audio import AudioFormat, PcmF32, open_writer, resample
 from voicelane.core.lane.keys import capabilities_key
 from voicelane.core.ledger import Ledger
@@ -172,6 +174,9 @@ def test_mixes_resolve_flattened_even_after_their_parts_go(
         assert direct.speaker == SpeakerDef.mix(
             [("seed:42", 0.75), ("seed:7", 0.25), ("emb:" + EMB, 2)]
         )
+        fronts = VoiceResolver.over(ledger.voices)  # what the fronts call
+        assert asyncio.run(fronts.resolve("acme", "duo+bob(2)", engine="chattts")) == direct
+        assert asyncio.run(fronts.resolve("other", "trio")) is None
     finally:
         ledger.redis.close()
 
