@@ -1,7 +1,7 @@
 """The REST front (FastAPI): ``create_app`` builds the app from its routers.
 
 ``voicelane api`` serves it with uvicorn. Routes live in :mod:`voicelane.api.routes` (``jobs``,
-``speech``, ``ops``, ``lexicons``...), each an ``APIRouter`` whose routes take the app's
+``speech``, ``ops``, ``lexicons``, ``voices``...), each an ``APIRouter`` whose routes take the app's
 state and the caller's tenant as dependencies (:mod:`voicelane.api.deps`). Every error is a
 JSON body ``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one line of
 message and the status the error class maps to: :func:`voicelane.api.failures.http_reply`,
@@ -26,7 +26,7 @@ from voicelane.api.engines import EngineCatalog
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
-from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text
+from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text, voices
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
@@ -114,7 +114,7 @@ def create_app(
     )
     _install_error_handlers(app)
     routers = (jobs.router, speech.router, chat.router, text.router, ops.router, callbacks.router)
-    for router in (*routers, lexicons.router):
+    for router in (*routers, lexicons.router, voices.router):
         app.include_router(router)
     return app
 

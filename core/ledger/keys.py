@@ -32,9 +32,11 @@ PLACEHOLDERS = {
     "what": r"plan|assemble|chunk:\d+",
     "queue": r"[a-z]+(?:\.[a-z]+)?",
     "engine": r"[a-z]+",
+    "sha256": r"[0-9a-f]{64}",
 }
 """What each placeholder of a pattern may hold (job ids are uuid4 hex; chunk numbers count
-from 0; a tenant has no colon; a requeue hold is for ``plan``, ``assemble`` or ``chunk:{n}``)."""
+from 0; a tenant has no colon; a requeue hold is for ``plan``, ``assemble`` or ``chunk:{n}``;
+a voice clip is named by its SHA-256)."""
 
 
 class Lifetime(enum.StrEnum):
@@ -50,8 +52,9 @@ class Lifetime(enum.StrEnum):
     SHARED = "shared"
     """Not one job's: its members come and go; Redis drops it when it is empty."""
     KEPT = "kept"
-    """A tenant's own data (its pronunciation lexicons): no TTL, untouched by cleanup and
-    retention; it lives until the tenant deletes it (Redis drops a hash when it is empty)."""
+    """A tenant's own data (its pronunciation lexicons, its voices): no TTL, untouched by
+    cleanup and retention; it lives until the tenant deletes it (Redis drops a hash when it
+    is empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +247,24 @@ LEXICON_DEFAULT = Family(
     "lexicons.py (set_default, clear_default, delete)",
 )
 
+VOICES = Family(
+    PREFIX + "tenant:{tenant}:voices",
+    "hash",
+    "the tenant's voices: name -> its record (JSON, voicelane.core.voices.TenantVoice: engine, "
+    "kind, seed / spk_emb / clip's sha256, transcript, duration / mix as written and "
+    "flattened, description, created_at)",
+    Lifetime.KEPT,
+    "voices.py (create, delete)",
+)
+VOICE_CLIP = Family(
+    PREFIX + "tenant:{tenant}:voice_clip:{sha256}",
+    "string",
+    "a clip voice's reference clip (Ogg Opus, mono, 24 kHz: voicelane.core.voice_clips) by its "
+    "SHA-256; deleted with the last of the tenant's voices that uses it",
+    Lifetime.KEPT,
+    "voices.py (create, delete)",
+)
+
 # ---- every job -----------------------------------------------------------------------------
 
 ACTIVE_JOBS = Family(
@@ -323,6 +344,8 @@ FAMILIES: tuple[Family, ...] = (
     LEXICONS,
     LEXICON_INFO,
     LEXICON_DEFAULT,
+    VOICES,
+    VOICE_CLIP,
     ACTIVE_JOBS,
     FINISHED_JOBS,
     RECONCILER_LOCK,

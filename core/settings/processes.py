@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import ConfigError
@@ -197,6 +197,21 @@ class ApiSettings(FrontSettings):
     """Open WebSockets in this API process, all clients together."""
     metrics_token: str | None = None
     """Bearer token for ``/metrics``; unset: ``/metrics`` is open in dev mode only."""
+    tenant_max_voices: int = Field(32, ge=1)
+    """Voices one tenant may keep (``POST /v1/voices``); more are refused (413) until it
+    deletes one."""
+    voice_clip_min_s: float = Field(3.0, gt=0)
+    """Shortest reference clip of a clip voice (zero-shot needs some speech to go on)."""
+    voice_clip_max_s: float = Field(30.0, gt=0)
+    """Longest reference clip; decoding an upload stops as soon as it passes this."""
+    voice_clip_max_bytes: int = Field(512 * 1024, ge=1024)
+    """Largest reference clip as stored (Ogg Opus, 48 kbps: 30 s are about 180 KB)."""
+
+    @model_validator(mode="after")
+    def _clip_bounds_consistent(self) -> ApiSettings:
+        if self.voice_clip_min_s > self.voice_clip_max_s:
+            raise ValueError("voice_clip_min_s must not be above voice_clip_max_s")
+        return self
 
 
 class GrpcSettings(FrontSettings):
