@@ -229,7 +229,6 @@ def _cmd_text(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.core.speech_text import prepare_text
     from voicelane.core.text_input import check_text
     from voicelane.core.text_profiles import PROFILES
-
     from voicelane.workers.render import embedded_engine
 
     settings = EmbeddedSettings(**_given(args, engine="engine"))

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from voicelane.common.errors import UnavailableError, UnknownVoiceError
-from voicelane.core.engines import qualified, split_voice
+from voicelane.core.engines import split_voice
 from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.rules import DEFAULT_VOICE, EngineCapabilities, check_voice, seed_of, shown
 from voicelane.core.speakers import SpeakerDef
@@ -126,8 +126,18 @@ class EngineCatalog:
 
     async def capabilities(self, engine: str | None = None) -> EngineCapabilities:
         """``engine``'s capabilities (None: the default engine's); UnavailableError when no
-        worker of it published them yet."""
-        return await self._registries[engine or self.default_engine].capabilities()
+        worker of it published them yet, UnknownVoiceError when it is not served here."""
+        return await self._registries[self.served(engine or self.default_engine)].capabilities()
+
+    def served(self, engine: str, *, voice: str | None = None) -> str:
+        """``engine``, if served here; else UnknownVoiceError naming the engines served."""
+        if engine not in self._registries:
+            what = f"voice {shown(voice)}: the" if voice else "the"
+            raise UnknownVoiceError(
+                f"{what} {engine} engine is not served here (engines: {', '.join(self.engines)})",
+                field="voice",
+            )
+        return engine
 
     async def published(self) -> list[EngineCapabilities]:
         """The capabilities of every served engine that can tell them now, in order."""
@@ -147,13 +157,7 @@ class EngineCatalog:
         voice = voice or DEFAULT_VOICE
         engine, local = split_voice(voice)
         if engine is not None:
-            if engine not in self._registries:
-                raise UnknownVoiceError(
-                    f"voice {shown(voice)}: the {engine} engine is not served here "
-                    f"(engines: {', '.join(self.engines)})",
-                    field="voice",
-                )
-            caps = await self.capabilities(engine)
+            caps = await self.capabilities(self.served(engine, voice=voice))
             return ResolvedVoice(caps, check_voice(local, caps), requested=requested)
         if voice == DEFAULT_VOICE:
             return ResolvedVoice(await self._auto_engine(text), DEFAULT_VOICE, requested=requested)
@@ -178,11 +182,6 @@ class EngineCatalog:
             if speaks_language(caps, cjk=cjk):
                 return caps
         return await self.capabilities()
-
-
-def voice_listing(caps: EngineCapabilities) -> list[str]:
-    """The engine's voice ids as clients name them, with the engine (``piper:en_US-...``)."""
-    return [qualified(caps.engine, voice) for voice in sorted(caps.voice_ids)]
 
 
 def _espeak_capabilities() -> EngineCapabilities:

@@ -32,6 +32,7 @@ from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
+from voicelane.api.voice_options import VoiceResolver
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core import metrics
 from voicelane.core.lane.front import RealtimeClient
@@ -107,6 +108,7 @@ async def start_front(
         EngineCatalog(lane, settings.served_engines()),
         min_deadline_s=min_deadline_s,
         text_options=TextOptionsResolver(ledger.lexicons.resolve),
+        voices=VoiceResolver.over(ledger.voices),
     )
     llm = LlmBridge(settings.llm)
     service = SpeechService(gateway, llm)

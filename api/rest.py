@@ -30,6 +30,7 @@ from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, t
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
+from voicelane.api.voice_options import VoiceResolver
 from voicelane.common.error_wire import http_body
 from voicelane.common.errors import WireError, status_for_http
 from voicelane.core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
@@ -83,6 +84,7 @@ def create_app(
             engines,
             rate=rate,
             text_options=TextOptionsResolver(ledger.lexicons.resolve),
+            voices=VoiceResolver.over(ledger.voices),
         ),
         rate=rate,
         blocking_threads=CapacityLimiter(BLOCKING_THREADS),

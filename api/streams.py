@@ -44,18 +44,22 @@ from dataclasses import dataclass, replace
 from voicelane.api.engines import EngineCatalog, ResolvedVoice
 from voicelane.api.output_reader import OutputReader, Subscription
 from voicelane.api.text_options import TextOptionsResolver
+from voicelane.api.voice_options import VoiceResolver
 from voicelane.common.audio.stream import StreamEncoding, stream_sample_rates
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import (
     DeadlineExceededError,
+    InvalidInputError,
     NoCapacityError,
     QuotaExceededError,
     StreamExistsError,
     StreamNotFoundError,
     UnavailableError,
+    UnknownVoiceError,
     error_from_wire,
 )
 from voicelane.core import metrics
+from voicelane.core.engines import split_voice
 from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.lane.messages import (
     NO_DETAIL,
@@ -78,6 +82,8 @@ from voicelane.core.rules import (
     check_request_id,
     check_speech_options,
     check_speech_text,
+    check_voice,
+    shown,
 )
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.speech_text import TextOptions, prepare_text
@@ -458,10 +464,13 @@ class StreamGateway:
         block_ms: int = DEFAULT_BLOCK_MS,
         min_deadline_s: float = MIN_USEFUL_DEADLINE_S,
         text_options: TextOptionsResolver | None = None,
+        voices: VoiceResolver | None = None,
     ) -> None:
         self.settings = settings
         self.text_options = text_options or TextOptionsResolver(None)
         """Resolves each request's text options (its tenant's lexicons)."""
+        self.voices = voices or VoiceResolver(None)
+        """Resolves a request's voice that is the tenant's own or a mix."""
         self.lane = lane
         self.engines = engines
         self._admissions: dict[str, Admission] = {}
@@ -618,8 +627,34 @@ class StreamGateway:
         )
 
     async def resolve_voice(self, tenant: str, voice: str | None, *, text: str) -> ResolvedVoice:
-        """The engine and voice a request's ``voice`` names (:meth:`EngineCatalog.resolve`)."""
-        return await self.engines.resolve(voice, text=text)
+        """The engine and voice a request's ``voice`` names: one of the tenant's voices or a
+        mix (its speaker, for an engine that makes such voices), else an engine's own voice
+        (:meth:`EngineCatalog.resolve`). Every front and the jobs route resolve here."""
+        custom = await self.voices.resolve(tenant, voice) if voice else None
+        if custom is None:
+            return await self.engines.resolve(voice, text=text)
+        assert voice is not None
+        engine = custom.engine
+        if engine is None:  # a mix of engine voice ids only: their engine
+            parts = [await self.engines.resolve(v, text=text) for v in custom.engine_voices]
+            engines = sorted({part.engine for part in parts})
+            if len(engines) != 1:
+                raise InvalidInputError(
+                    f"voice: a mix is of one engine's voices (this one names {', '.join(engines)})",
+                    field="voice",
+                )
+            engine = engines[0]
+            custom = await self.voices.resolve(tenant, voice, engine=engine) or custom
+        caps = await self.engines.capabilities(self.engines.served(engine, voice=voice))
+        if not caps.voice_kinds:
+            raise UnknownVoiceError(
+                f"voice {shown(voice)}: the {engine} engine speaks only its own voices",
+                field="voice",
+            )
+        for part in custom.engine_voices:
+            check_voice(split_voice(part)[1], caps)
+        speaker = custom.speaker
+        return ResolvedVoice(caps, f"custom:{speaker.digest}", speaker=speaker, requested=voice)
 
     async def _request(
         self,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from voicelane.api.deps import ApiState, State, Tenant, blocking, json_body
 from voicelane.api.routes.callbacks import check_callback
+from voicelane.api.routes.voices import tenant_voice_list
 from voicelane.common.audio import AudioFormat, format_from_name
 from voicelane.common.audio.files import allowed_sample_rates
 from voicelane.common.errors import (
@@ -143,6 +144,7 @@ async def voices(state: State, tenant: Tenant) -> JSONResponse:
             "speed": {"min": default.min_speed, "max": default.max_speed},
             "seed_voices": default.seed_voices,
             "engines": [engine_view(caps) for caps in engines],
+            "custom": await tenant_voice_list(state, tenant),
         }
     )
 

@@ -172,16 +172,25 @@ async def tenant_voice_list(state: ApiState, tenant: str) -> dict[str, Any]:
     }
 
 
+async def _default_voice_engine(state: ApiState) -> str:
+    """A voice created without ``engine``: the first served engine that makes tenant voices
+    (ChatTTS in a stack that runs it beside Piper and espeak), else the default engine."""
+    for caps in await state.engines.published():
+        if caps.voice_kinds:
+            return caps.engine
+    return state.engines.default_engine
+
+
 async def engine_capabilities(state: ApiState, engine: str) -> EngineCapabilities:
     """The published capabilities of ``engine`` if this stack serves it; else 422 naming
-    ``engine``. (The one place that asks: per engine once a stack serves several.)"""
-    served = state.engines.engine
-    if engine != served:
+    ``engine``."""
+    served = state.engines.engines
+    if engine not in served:
         raise InvalidInputError(
-            f"engine: {shown(engine)} is not served here (this stack serves {served})",
+            f"engine: {shown(engine)} is not served here (this stack serves {', '.join(served)})",
             field="engine",
         )
-    return await state.engines.capabilities()
+    return await state.engines.capabilities(engine)
 
 
 # ---- reading the request --------------------------------------------------------------------
@@ -246,7 +255,7 @@ async def _check_voice(
             f"transcript: only a clip voice has a transcript (this one is of kind {kind})",
             field="transcript",
         )
-    engine = body.engine if body.engine is not None else state.engines.engine
+    engine = body.engine if body.engine is not None else await _default_voice_engine(state)
     caps = await engine_capabilities(state, engine)
     if kind not in caps.voice_kinds:
         makes = ", ".join(caps.voice_kinds) or "none"
