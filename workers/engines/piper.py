@@ -333,7 +333,9 @@ class PiperEngine(Engine):
         try:
             outs = session.run([patched.durations, *patched.noise_like], feeds)
         except Exception as error:
-            raise ModelLoadError(f"Piper voice {file.model_path}: probe run failed: {error}")
+            raise ModelLoadError(
+                f"Piper voice {file.model_path}: probe run failed: {error}"
+            ) from error
         frames = int(np.asarray(outs[0]).sum())
         channels: list[int] = []
         over_frames: list[bool] = []

@@ -61,6 +61,7 @@ _TENSOR_DIMS = 1
 _TENSOR_DATA_TYPE = 2
 _TENSOR_NAME = 8
 _TENSOR_RAW_DATA = 9
+_NODE_STRINGS = (_NODE_INPUT, _NODE_OUTPUT, _NODE_OP_TYPE)
 _FLOAT = 1
 _INT64 = 7
 _NOISE_RANK = 3
@@ -159,9 +160,7 @@ def _node(op_type: str, inputs: list[str], outputs: list[str], name: str) -> byt
 
 def _float_input(name: str) -> bytes:
     """A graph input: a float tensor of rank 3, every dimension named (dynamic)."""
-    dims = b"".join(
-        _len_field(_SHAPE_DIM, _string(_DIM_PARAM, f"{name}_{axis}")) for axis in "bct"
-    )
+    dims = b"".join(_len_field(_SHAPE_DIM, _string(_DIM_PARAM, f"{name}_{axis}")) for axis in "bct")
     tensor = _int_field(_TENSOR_TYPE_ELEM, _FLOAT) + _len_field(_TENSOR_TYPE_SHAPE, dims)
     return _len_field(
         _GRAPH_INPUT,
@@ -189,7 +188,7 @@ def _node_parts(data: bytes, node: _Field) -> tuple[str, list[str], list[str]]:
     inputs: list[str] = []
     outputs: list[str] = []
     for field in _fields(data, node.body.start, node.body.stop):
-        if field.wire_type != _LEN or field.number not in (_NODE_INPUT, _NODE_OUTPUT, _NODE_OP_TYPE):
+        if field.wire_type != _LEN or field.number not in _NODE_STRINGS:
             continue  # the name, attributes, doc string
         text = data[field.body].decode()
         if field.number == _NODE_INPUT:
@@ -229,7 +228,8 @@ def patch_model(model: bytes) -> PatchedModel:
             shape = f"{name}_shape"
             pieces.append(model[copied_to : field.start])
             pieces.append(_node("Shape", [inputs[0]], [shape], f"{name}/Shape"))
-            pieces.append(_node("Slice", [name, NOISE_STARTS, shape], node_outputs, f"{name}/Slice"))
+            sliced = _node("Slice", [name, NOISE_STARTS, shape], node_outputs, f"{name}/Slice")
+            pieces.append(sliced)
             copied_to = field.end
             noise_inputs.append(name)
             noise_like.append(inputs[0])

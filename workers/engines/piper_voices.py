@@ -72,8 +72,8 @@ class VoiceFile:
         if not speakers:
             return [(VoiceInfo(id=self.id, name=name, languages=languages), None)]
         default = int(self.config.get("default_speaker_id", 0))
-        infos = [(VoiceInfo(id=self.id, name=f"{name}, default speaker", languages=languages),
-                  default)]  # fmt: skip
+        own = VoiceInfo(id=self.id, name=f"{name}, default speaker", languages=languages)
+        infos: list[tuple[VoiceInfo, int | None]] = [(own, default)]
         infos.extend(
             (
                 VoiceInfo(
@@ -110,7 +110,9 @@ def _read(model_path: Path) -> VoiceFile:
                 raise KeyError(key)
         rate = int(config["audio"]["sample_rate"])
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(f"Piper voice {model_path}: unreadable {config_path.name}: {error}")
+        raise ConfigError(
+            f"Piper voice {model_path}: unreadable {config_path.name}: {error}"
+        ) from error
     if rate <= 0:
         raise ConfigError(f"Piper voice {model_path}: sample rate {rate}")
     phoneme_type = config.get("phoneme_type", "espeak")
@@ -142,8 +144,7 @@ def find_voice_files(voices_dir: Path | None) -> list[VoiceFile]:
             voice = _read(model_path)
             if voice.id in files:
                 raise ConfigError(
-                    f"Piper voice {voice.id!r} twice: {files[voice.id].model_path} and "
-                    f"{model_path}"
+                    f"Piper voice {voice.id!r} twice: {files[voice.id].model_path} and {model_path}"
                 )
             files[voice.id] = voice
     if not files:

@@ -24,7 +24,8 @@ __all__ = ["PUNCTUATION", "WordSpan", "align_words", "phoneme_groups", "text_wor
 PUNCTUATION = frozenset(",.!?;:")
 """The clause marks espeak-ng leaves in Piper's phonemes (not spoken sounds)."""
 
-_WORD = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[^\W_\u3400-\u9fff\uf900-\ufaff]+(?:['’][^\W_]+)*")
+_HAN = "\u3400-\u9fff\uf900-\ufaff"
+_WORD = re.compile(f"[{_HAN}]|[^\\W_{_HAN}]+(?:['’][^\\W_]+)*")
 """A word: a Han character alone (each is read as one), else a run of letters and digits with
 inner apostrophes (``isn't``)."""
 
