@@ -408,6 +408,10 @@ class PiperEngine(Engine):
             rows.append(_Row(index, part, ids, row_words, seed, voice.speaker))
         return rows
 
+    def row_lengths(self, utterance: Utterance) -> list[int]:
+        """The phoneme ids of each row the utterance makes (benchmarks: padding)."""
+        return [len(row.ids) for row in self._rows(0, utterance, self._resolve(utterance))]
+
     # ---- running -------------------------------------------------------------------------------
 
     def _scales(self, file: VoiceFile, speed: float) -> tuple[float, float, float]:
