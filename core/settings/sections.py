@@ -185,3 +185,7 @@ class PiperSettings(BaseModel):
     threads: int | None = Field(None, ge=1)
     """ONNX Runtime's threads per inference (intra-op). None: ONNX Runtime's default (one per
     physical core); set 1 where one worker process runs per core."""
+    run_rows: int | None = Field(None, ge=1)
+    """Most utterances in one ONNX run (a padded batch; rows sorted by length first). None: 1
+    on the CPU, where batching was measured to buy nothing (docs/engines.md, Piper), 16 on a
+    GPU."""

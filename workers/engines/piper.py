@@ -59,6 +59,7 @@ import numpy.typing as npt
 from voicelane.common.errors import (
     ConfigError,
     EngineNotInstalledError,
+    EngineOutOfMemoryError,
     ModelLoadError,
     UnknownVoiceError,
 )
@@ -93,12 +94,17 @@ at word boundaries (attention is quadratic in a row's length)."""
 FRAMES_PER_ID_BOUND = 4.0
 """Latent noise drawn per phoneme id (times the length scale): measured 2.2-2.5 frames per
 id on English; a row that needs more is run again (module docstring)."""
-MAX_RUN_ROWS = 8
-"""Rows per ONNX run by default (bench/piper_batch.py; docs/engines.md)."""
+CPU_RUN_ROWS = 1
+"""Rows per ONNX run on the CPU by default: batching buys nothing there (bench/piper_batch.py;
+docs/engines.md, Piper)."""
+GPU_RUN_ROWS = 16
+"""Rows per ONNX run on a GPU by default (not measured yet: bench/piper_batch.py --device)."""
 _BOS = "^"
 _EOS = "$"
 _PAD = "_"
 _CUDA = re.compile(r"^cuda:(\d+)$")
+_OUT_OF_MEMORY = re.compile(r"out of memory|failed to allocate memory", re.IGNORECASE)
+"""How ONNX Runtime says a run ran out of device memory (the batcher then halves the batch)."""
 _CUDA_PROVIDER = "CUDAExecutionProvider"
 _CPU_PROVIDER = "CPUExecutionProvider"
 _AUDIO_OUTPUT = "output"
@@ -214,8 +220,10 @@ class PiperEngine(Engine):
         import onnxruntime
 
         self._providers = onnx_providers(device, onnxruntime.get_available_providers())
-        self.max_run_rows = MAX_RUN_ROWS
+        default_rows = CPU_RUN_ROWS if device == "cpu" else GPU_RUN_ROWS
+        self.max_run_rows = self.settings.run_rows or default_rows
         """Rows per ONNX run (bench/piper_batch.py sets it)."""
+        self.max_batch = 1 if self.max_run_rows == 1 else None
         files = find_voice_files(self.settings.voices_dir)
         self.sample_rate_hz = files[0].sample_rate_hz
         self._files = {f.id: f for f in files}
@@ -457,9 +465,16 @@ class PiperEngine(Engine):
         for row in rows:
             row.frames_bound = math.ceil(len(row.ids) * FRAMES_PER_ID_BOUND * scales[1]) + 8
         for _attempt in range(2):
-            audio, durations = model.session.run(
-                [_AUDIO_OUTPUT, model.patched.durations], self._feeds(model, rows, scales)
-            )
+            try:
+                audio, durations = model.session.run(
+                    [_AUDIO_OUTPUT, model.patched.durations], self._feeds(model, rows, scales)
+                )
+            except Exception as error:  # ONNX Runtime's exception types are not public API
+                if _OUT_OF_MEMORY.search(str(error)):
+                    raise EngineOutOfMemoryError(
+                        f"piper: out of memory on {len(rows)} rows ({self.device})"
+                    ) from error
+                raise
             audio = np.asarray(audio, dtype=np.float32).reshape(len(rows), -1)
             frames_per_id = np.asarray(durations).reshape(len(rows), -1)
             short = False

