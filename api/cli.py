@@ -344,7 +344,9 @@ def _cmd_voices(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.workers.engines import create_engine
 
     settings = _embedded(args)
-    engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
+    engine = create_engine(
+        settings.engine, device=settings.device, chattts=settings.chattts, piper=settings.piper
+    )
     for voice in engine.voices():
         languages = ",".join(voice.languages)
         if args.language and not any(lang.startswith(args.language) for lang in voice.languages):

@@ -347,7 +347,7 @@ class EmbeddedRenderer:
     def __init__(self, settings: EmbeddedSettings, engine: Engine | None = None):
         self.settings = settings
         self.engine = engine or create_engine(
-            settings.engine, device=settings.device, chattts=settings.chattts
+            settings.engine, device=settings.device, chattts=settings.chattts, piper=settings.piper
         )
         self.batcher = Batcher(self.engine, self.settings.batcher, name="embedded")
         self.batcher.start()

@@ -73,7 +73,9 @@ def start_worker_process(
     if render_queue(settings.engine) in queues:
         from voicelane.workers.engines import create_engine
 
-        engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
+        engine = create_engine(
+            settings.engine, device=settings.device, chattts=settings.chattts, piper=settings.piper
+        )
         jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
         lane = RealtimeWorkerClient.from_url(
             settings.redis_url, name, settings.realtime, engine=engine.name

@@ -5,7 +5,7 @@ as keyword arguments, the environment read once (:class:`~voicelane.core.setting
 — and hands it, or the sections it holds, down to what it runs. Shared parts are declared once:
 the Redis URL in :class:`RedisSettings`, what every service reads in :class:`ServiceSettings`
 (storage, the real-time lane), the API keys and the LLM in :class:`FrontSettings`, the
-device, batcher and ChatTTS of a process that runs an engine in :class:`EngineSettings`.
+device, batcher, ChatTTS and Piper of a process that runs an engine in :class:`EngineSettings`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from voicelane.core.settings.sections import (
     BatcherSettings,
     ChatTTSSettings,
     LlmSettings,
+    PiperSettings,
     RealtimeSettings,
 )
 from voicelane.core.storage import StorageSettings
@@ -39,6 +40,8 @@ class EngineSettings(BaseModel):
     batcher: BatcherSettings = Field(default_factory=BatcherSettings)
     chattts: ChatTTSSettings = Field(default_factory=ChatTTSSettings)
     """The ChatTTS engine's settings (used when ``engine`` is ``chattts``)."""
+    piper: PiperSettings = Field(default_factory=PiperSettings)
+    """The Piper engine's settings (used when ``engine`` is ``piper``)."""
 
 
 class EmbeddedSettings(Root, EngineSettings):
