@@ -23,7 +23,7 @@ system-deps: $(SYSTEM_STAMP)
 $(STAMP): pyproject.toml client/pyproject.toml $(SYSTEM_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.1"
-	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev,piper]'
 	@touch $@
 
 install: $(STAMP)
