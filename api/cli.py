@@ -142,7 +142,7 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
     from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
     from voicelane.workers.render import EmbeddedRenderer, embedded_engine
 
-    engine, voice = embedded_engine(settings.engine, args.voice, text)
+    engine, voice = embedded_engine(settings.engine, args.voice, text, settings)
     settings = settings.model_copy(update={"engine": engine})
     output = Path(args.output)
     fmt = format_from_name(args.format) if args.format else format_from_path(output)
@@ -341,17 +341,27 @@ def _cmd_chat(args: argparse.Namespace, cli: CliSettings) -> int:
 
 
 def _cmd_voices(args: argparse.Namespace, _cli: CliSettings) -> int:
+    """The voices of the embedded engine (``auto``: of every installed engine it picks from,
+    by the ids that reach them: a bare id goes to the first engine listed that has it)."""
+    from voicelane.core.engines import engine_installed
     from voicelane.workers.engines import create_engine
+    from voicelane.workers.render import AUTO_ENGINE, ENGLISH_ENGINE_PREFERENCE
 
     settings = _embedded(args)
-    engine = create_engine(
-        settings.engine, device=settings.device, chattts=settings.chattts, piper=settings.piper
-    )
-    for voice in engine.voices():
-        languages = ",".join(voice.languages)
-        if args.language and not any(lang.startswith(args.language) for lang in voice.languages):
-            continue
-        print(f"{voice.id:24} {languages:16} {voice.name}")
+    names = [settings.engine]
+    if settings.engine == AUTO_ENGINE:
+        names = [name for name in ENGLISH_ENGINE_PREFERENCE if engine_installed(name)]
+    for name in names:
+        engine = create_engine(
+            name, device=settings.device, chattts=settings.chattts, piper=settings.piper
+        )
+        for voice in engine.voices():
+            languages = ",".join(voice.languages)
+            if args.language and not any(
+                lang.startswith(args.language) for lang in voice.languages
+            ):
+                continue
+            print(f"{voice.id:24} {name:8} {languages:16} {voice.name}")
     return 0
 
 

@@ -51,6 +51,7 @@ from voicelane.common.audio import (
 )
 from voicelane.common.errors import DeadlineExceededError
 from voicelane.core.engines import engine_installed, split_voice
+from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings import EmbeddedSettings
 from voicelane.core.speakers import SpeakerDef
 from voicelane.core.speech_text import PreparedText, SpokenSegment, TextOptions, prepare_text
@@ -327,27 +328,41 @@ CJK_ENGINE = "espeak"
 """...and for a text with Chinese characters (the CPU engine with a Mandarin voice)."""
 
 
-def embedded_engine(engine: str, voice: str | None, text: str) -> tuple[str, str | None]:
+def embedded_engine(
+    engine: str, voice: str | None, text: str, settings: EmbeddedSettings | None = None
+) -> tuple[str, str | None]:
     """The engine an embedded render uses, and the voice for it: a voice that names its
-    engine (``piper:en_US-joe-medium``) picks it; else ``engine``, where ``auto`` means
-    Piper for a text without Chinese characters when it is installed, espeak otherwise."""
+    engine (``piper:en_US-joe-medium``) picks it; else ``engine``, where ``auto`` means the
+    installed engine of :data:`ENGLISH_ENGINE_PREFERENCE` that has the voice (``en-gb``:
+    espeak), and for ``auto`` voices Piper for a text without Chinese characters when it is
+    installed, espeak otherwise."""
     named, local = split_voice(voice) if voice else (None, None)
     if named is not None:
         return named, local
     if engine != AUTO_ENGINE:
         return engine, voice
+    installed = [name for name in ENGLISH_ENGINE_PREFERENCE if engine_installed(name)]
+    if voice and voice != DEFAULT_VOICE:
+        for name in installed:
+            built = create_engine(name, piper=settings.piper if settings else None)
+            if voice in built.capabilities().voice_ids:
+                return name, voice
+        return installed[0], voice  # unknown to all: refused by the first, naming it
     if contains_cjk(text):
         return CJK_ENGINE, voice
-    return next(name for name in ENGLISH_ENGINE_PREFERENCE if engine_installed(name)), voice
+    return installed[0], voice
 
 
 class EmbeddedRenderer:
     """One engine + one batcher in this process; renders text to files."""
 
     def __init__(self, settings: EmbeddedSettings, engine: Engine | None = None):
+        """``settings.engine`` ``auto``: the engine ``auto`` picks for English text (the
+        command line picks by the text: :func:`embedded_engine`)."""
         self.settings = settings
+        name, _ = embedded_engine(settings.engine, None, "")
         self.engine = engine or create_engine(
-            settings.engine, device=settings.device, chattts=settings.chattts, piper=settings.piper
+            name, device=settings.device, chattts=settings.chattts, piper=settings.piper
         )
         self.batcher = Batcher(self.engine, self.settings.batcher, name="embedded")
         self.batcher.start()

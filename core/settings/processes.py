@@ -47,7 +47,9 @@ class EngineSettings(BaseModel):
 class EmbeddedSettings(Root, EngineSettings):
     """``voicelane render`` / ``say`` / ``voices``: one engine in this process, no servers."""
 
-    engine: str = "espeak"
+    engine: str = "auto"
+    """``auto``: Piper (when installed) for a text without Chinese characters, espeak
+    otherwise (:func:`voicelane.workers.render.embedded_engine`); or an engine's name."""
     voice: str = DEFAULT_VOICE
     sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ
     max_segment_chars: int = Field(300, ge=20)
