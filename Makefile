@@ -46,9 +46,11 @@ $(PROMETHEUS_STAMP): scripts/install-system-deps.sh $(SYSTEM_STAMP)
 
 install-prometheus: $(PROMETHEUS_STAMP)
 
-# The embedded default first (no servers), then the whole stack over REST.
+# The embedded default first (no servers: English with Piper, Mandarin with espeak), then the
+# whole stack over REST.
 demo: install
 	@mkdir -p out
+	$(BIN)/voicelane render examples/welcome.txt -o out/welcome.ogg
 	$(BIN)/voicelane render examples/sample.txt -o out/sample.ogg
 	scripts/demo.sh
 
