@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from voicelane.common.errors import (
@@ -38,6 +39,7 @@ from voicelane.common.errors import (
     InvalidInputError,
     ModelLoadError,
 )
+from voicelane.core.reference_clip import CLIP_SAMPLE_RATE_HZ, MIN_CLIP_S
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings import ChatTTSSettings
 from voicelane.core.speakers import EMBEDDING_PREFIX, VOICE_KINDS, SpeakerDef
@@ -59,7 +61,7 @@ from .chattts_config import (
     verify_checkpoint,
 )
 from .chattts_loop import Generation, StreamDecoder, StreamWindows, decode_rows
-from .chattts_model import LoadedModel, Row, decorate_prompt
+from .chattts_model import LoadedModel, Row, decorate_prompt, encode_clip
 from .chattts_speakers import (
     MAX_CLIP_STEPS,
     SpeakerBank,
@@ -294,7 +296,8 @@ class ChatTTSEngine(Engine):
     def _warm_up(self, loaded: _Loaded) -> None:
         """What the first utterance of a process would otherwise pay, paid at load: the text
         normaliser's numba compilation (~3 s on a CPU) and the first pass through the GPT,
-        decoder and vocoder. The batcher's readiness (``start``) waits for it."""
+        decoder and vocoder (and the DVAE encoder, for the first zero-shot voice). The
+        batcher's readiness (``start``) waits for it."""
         row = Row(
             prompt=decorate_prompt(self._normalize(loaded, "Hello. 你好。"), 5, True),
             speaker=loaded.speakers.embedding(self._parser.resolve_voice("auto")),
@@ -309,6 +312,9 @@ class ChatTTSEngine(Engine):
             repetition_penalty=self.settings.repetition_penalty,
         )
         self._guarded(lambda: _render_whole(loaded.model, [row], sampling))
+        if loaded.speakers.encodes_clips:  # the DVAE encoder's first pass (zero-shot voices)
+            silence = np.zeros(int(MIN_CLIP_S * CLIP_SAMPLE_RATE_HZ), dtype=np.float32)
+            self._guarded(lambda: encode_clip(loaded.model, silence))
 
     def _load(self, chattts: Any) -> _Loaded:
         settings = self.settings

@@ -146,7 +146,7 @@ def encode_clip(model: LoadedModel, pcm: np.ndarray) -> torch.Tensor:
     dvae = model.chat.dvae
     if getattr(dvae, "encoder", None) is None or dvae.vq_layer is None:
         raise ValueError("the checkpoint's DVAE has no encoder")
-    wav = torch.from_numpy(np.ascontiguousarray(pcm, dtype=np.float32))
+    wav = torch.from_numpy(np.array(pcm, dtype=np.float32))  # a copy: the store's is read-only
     tokens: torch.Tensor = dvae.sample_audio(wav)
     return tokens.to(device="cpu", dtype=torch.long)
 
