@@ -98,7 +98,7 @@ def decode_spk_emb(text: str) -> SpeakerValues:
     try:
         compressed = b14_decode(text)
         decompressor = lzma.LZMADecompressor(format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
-        raw = decompressor.decompress(compressed, max_length=2 * MAX_SPK_EMB_VALUES + 2)
+        raw = decompressor.decompress(compressed, max_length=2 * MAX_SPK_EMB_VALUES + 1)
     except (ValueError, lzma.LZMAError) as error:
         raise InvalidInputError(
             f"voice: not a ChatTTS speaker embedding string ({error})", field="voice"
@@ -122,7 +122,8 @@ def encode_spk_emb(values: npt.ArrayLike) -> str:
     array = np.asarray(values, dtype=np.float32)
     if array.ndim != 1 or not 0 < array.size <= MAX_SPK_EMB_VALUES:
         raise ValueError(f"a speaker embedding is 1 to {MAX_SPK_EMB_VALUES} values in a row")
-    half = array.astype(np.float16)
+    with np.errstate(over="ignore"):
+        half = array.astype(np.float16)
     if not np.isfinite(half).all():
         raise ValueError("a speaker embedding's values must be finite (in float16)")
     compressed = lzma.compress(half.tobytes(), format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
