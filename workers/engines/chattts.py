@@ -416,9 +416,10 @@ class ChatTTSEngine(Engine):
         loaded = self._require()
         if isinstance(voice, str):
             return loaded.speakers.embedding(self._parser.resolve_voice(voice)).clone()
-        made = loaded.speakers.voice("", self._parser.resolve_speaker(voice))
-        if made.embedding is None:
+        if voice.clip_ref:
             raise InvalidInputError("voice: a voice from a reference clip has no embedding")
+        made = loaded.speakers.voice("", self._parser.resolve_speaker(voice))
+        assert made.embedding is not None  # parts make an embedding
         return made.embedding.clone()
 
     def _normalize(self, loaded: _Loaded, text: str) -> str:

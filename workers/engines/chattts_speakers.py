@@ -44,7 +44,7 @@ SEEDS_KEPT = 1024
 """Seed voices' embeddings kept (a draw is cheap, but every row needs one)."""
 CUSTOM_KEPT = 256
 """Tenant voices kept (mixes' embeddings, clips' audio tokens)."""
-MAX_CLIP_STEPS = -(-int(MAX_CLIP_S * CLIP_SAMPLE_RATE_HZ) // SAMPLES_PER_STEP)
+MAX_CLIP_STEPS = (int(MAX_CLIP_S * CLIP_SAMPLE_RATE_HZ) // (SAMPLES_PER_STEP // 2) - 1) // 2 + 1
 """Audio tokens of the longest reference clip (938)."""
 
 
@@ -62,8 +62,10 @@ class Voice:
 
 
 def clip_steps_of(samples: int) -> int:
-    """Audio tokens of a clip of ``samples`` samples (one per 512, rounded up)."""
-    return -(-samples // SAMPLES_PER_STEP)
+    """Audio tokens of a clip of ``samples`` samples, as the DVAE encoder makes them: one
+    mel frame per 256 samples (centred, so one more), halved by a stride-2 convolution."""
+    frames = samples // (SAMPLES_PER_STEP // 2) + 1
+    return max(0, (frames - 2) // 2 + 1)
 
 
 @torch.inference_mode()
@@ -87,7 +89,7 @@ def mix_embeddings(
         direction += (weight / total) * z
         length += (weight / total) * float(z.norm())
     norm = float(direction.norm())
-    if norm <= 1e-6 * max(length, 1e-12):  # parts that cancel out: the mean speaker
+    if norm <= 1e-2 * length:  # parts that (nearly) cancel out: the mean speaker
         return center.to(torch.float16)
     return (center + scale * direction * (length / norm)).to(torch.float16)
 
@@ -110,16 +112,17 @@ class SpeakerBank:
         self.mean: torch.Tensor = chat.speaker.mean.detach().cpu()
         self.named = named
         self.clips = clips
-        dvae = chat.dvae
-        self.encodes_clips = getattr(dvae, "encoder", None) is not None and (
-            dvae.vq_layer is not None
-        )
-        """The checkpoint's DVAE has an encoder (zero-shot voices need it)."""
         self._normalize = normalize
         self._seeds: OrderedDict[int, torch.Tensor] = OrderedDict()
         self._custom: OrderedDict[str, Voice] = OrderedDict()
         self._clip_steps: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()  # _clip_steps is read from any thread
+
+    @property
+    def encodes_clips(self) -> bool:
+        """The checkpoint's DVAE has an encoder (zero-shot voices need it)."""
+        dvae = self.model.chat.dvae
+        return getattr(dvae, "encoder", None) is not None and dvae.vq_layer is not None
 
     # ---- the engine's own voices ------------------------------------------------------------
 
