@@ -39,6 +39,7 @@ from voicelane.workers.engines import chattts_speakers  # noqa: E402
 from voicelane.workers.engines.base import PcmF32, Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from voicelane.workers.engines.chattts_config import file_sha256  # noqa: E402
+from voicelane.workers.engines.chattts_model import LoadedModel, encode_clip  # noqa: E402
 from voicelane.workers.engines.chattts_speakers import mix_embeddings  # noqa: E402
 from voicelane.workers.engines.speaker_clips import SpeakerClips  # noqa: E402
 
@@ -121,7 +122,8 @@ def render(engine: ChatTTSEngine, utterance: Utterance) -> PcmF32:
 def z_of(engine: ChatTTSEngine, embedding: torch.Tensor) -> torch.Tensor:
     """An embedding in the speaker distribution's coordinates: (e - mean) / std."""
     speaker = engine.model.chat.speaker
-    return (embedding.float() - speaker.mean.float()) / speaker.std.float()
+    z: torch.Tensor = (embedding.float() - speaker.mean.float()) / speaker.std.float()
+    return z
 
 
 # ---- capabilities -----------------------------------------------------------------------
@@ -301,11 +303,10 @@ def test_a_clip_is_encoded_once_and_kept_when_the_store_forgets_it(
     engine: ChatTTSEngine, with_clip: SpeakerClips, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    encode = chattts_speakers.encode_clip
 
-    def counted(model: object, pcm: np.ndarray) -> torch.Tensor:
+    def counted(model: LoadedModel, pcm: np.ndarray) -> torch.Tensor:
         calls.append(pcm.size)
-        return encode(model, pcm)  # type: ignore[arg-type]
+        return encode_clip(model, pcm)
 
     monkeypatch.setattr(chattts_speakers, "encode_clip", counted)
     voice = SpeakerDef(clip_ref=CLIP_REF, clip_transcript="another transcript, one encode")
