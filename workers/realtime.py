@@ -408,7 +408,7 @@ class Session:
             await self._append([OutputEvent.failure(DeadlineExceededError("deadline passed"))])
             return
         engine = self.batcher.engine
-        engine.validate(Utterance("check", request.voice, request.speed))
+        engine.validate(Utterance("check", request.voice, request.speed, speaker=request.speaker))
         out: _OpusOutput | _ByteOutput
         if request.encoding.packets:
             out = _OpusOutput(self.settings, resume, request.sample_rate_hz)
@@ -512,7 +512,9 @@ class Session:
         params: tuple[tuple[str, float | int | str], ...] = ()
         if voicing.pitch_semitones and profile_for(engine.name).pitch:
             params = (("pitch_semitones", voicing.pitch_semitones),)
-        return Utterance(seg.text, voicing.voice or request.voice, speed, params=params)
+        if voicing.voice:
+            return Utterance(seg.text, voicing.voice, speed, params=params)
+        return Utterance(seg.text, request.voice, speed, params=params, speaker=request.speaker)
 
     def _stream_ms(self) -> float:
         """Where the next sample delivered will be heard, on the stream's clock."""

@@ -23,9 +23,9 @@ Ollama's own variables and the refusal of old names: :mod:`~voicelane.core.setti
 Every variable is documented in ``docs/configuration.md`` (a test keeps the two in step).
 """
 
+from voicelane.core.engines import CPU_ENGINES
 from voicelane.core.settings.environment import Root, variable_name
 from voicelane.core.settings.processes import (
-    CPU_ENGINES,
     ROOTS,
     ApiSettings,
     CliSettings,
