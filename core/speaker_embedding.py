@@ -21,9 +21,9 @@ from voicelane.common.errors import InvalidInputError
 
 MAX_SPK_EMB_VALUES = 8192
 """The most values a speaker embedding may have (ChatTTS's official weights: 768)."""
-MAX_SPK_EMB_CHARS = 4 * MAX_SPK_EMB_VALUES
-"""The longest ``spk_emb`` string accepted (a compressed embedding is shorter than its
-float16 bytes; 768 values make about 900 characters)."""
+MAX_SPK_EMB_CHARS = 16_384
+"""The longest ``spk_emb`` string accepted, as :data:`voicelane.core.voices.MAX_SPK_EMB_CHARS`
+(768 values make about 850 characters; 8192 incompressible ones about 9400)."""
 
 _FIRST = 0x4E00
 """The character of the 14-bit value 0."""

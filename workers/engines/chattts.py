@@ -39,10 +39,10 @@ from voicelane.common.errors import (
     InvalidInputError,
     ModelLoadError,
 )
-from voicelane.core.reference_clip import CLIP_SAMPLE_RATE_HZ, MIN_CLIP_S
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings import ChatTTSSettings
 from voicelane.core.speakers import EMBEDDING_PREFIX, VOICE_KINDS, SpeakerDef
+from voicelane.core.voice_clips import CLIP_SAMPLE_RATE_HZ
 
 from .base import Engine, PcmF32, StepEvent, Utterance, VoiceInfo
 from .chattts_config import (
@@ -69,7 +69,7 @@ from .chattts_speakers import (
     missing_clip,
 )
 from .chattts_steps import ChatTTSSteps, StepLimits
-from .speaker_clips import CLIPS, SpeakerClips
+from .speaker_clips import CLIPS, MIN_CLIP_S, SpeakerClips
 
 log = logging.getLogger(__name__)
 _UPSTREAM_LOG = logging.getLogger(f"{__name__}.upstream")

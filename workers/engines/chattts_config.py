@@ -32,11 +32,11 @@ from voicelane.common.errors import (
     ModelLoadError,
     UnknownVoiceError,
 )
-from voicelane.core.reference_clip import check_transcript
 from voicelane.core.rules import DEFAULT_VOICE, MAX_SEED, SEED_VOICE_PREFIX, check_speed, seed_of
 from voicelane.core.settings import ChatTTSSettings
 from voicelane.core.speaker_embedding import SpeakerValues, decode_spk_emb
 from voicelane.core.speakers import EMBEDDING_PREFIX, SpeakerDef
+from voicelane.core.voices import check_transcript
 
 from .base import Utterance, VoiceInfo
 

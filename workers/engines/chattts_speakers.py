@@ -32,20 +32,20 @@ from dataclasses import dataclass
 import torch
 
 from voicelane.common.errors import ConfigError, InvalidInputError, UnknownVoiceError
-from voicelane.core.reference_clip import CLIP_SAMPLE_RATE_HZ, MAX_CLIP_S
 from voicelane.core.rules import seed_of
 from voicelane.core.speakers import EMBEDDING_PREFIX, SpeakerDef
+from voicelane.core.voice_clips import CLIP_SAMPLE_RATE_HZ
 
 from .chattts_config import decoded_embedding
 from .chattts_model import SAMPLES_PER_STEP, LoadedModel, encode_clip
-from .speaker_clips import CLIPS, SpeakerClips
+from .speaker_clips import CLIPS, MAX_CLIP_S, SpeakerClips
 
 SEEDS_KEPT = 1024
 """Seed voices' embeddings kept (a draw is cheap, but every row needs one)."""
 CUSTOM_KEPT = 256
 """Tenant voices kept (mixes' embeddings, clips' audio tokens)."""
 MAX_CLIP_STEPS = (int(MAX_CLIP_S * CLIP_SAMPLE_RATE_HZ) // (SAMPLES_PER_STEP // 2) - 1) // 2 + 1
-"""Audio tokens of the longest reference clip (938)."""
+"""Audio tokens of the longest reference clip (1406)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,15 @@
 """Reference clips of tenant voices, in the worker's memory: where an engine finds the PCM of
 ``SpeakerDef.clip_ref`` (zero-shot voices).
 
-The worker layer fetches a clip from the voice store and :meth:`SpeakerClips.put`\\ s it into
-:data:`CLIPS` before it submits an utterance of that voice; the engine reads it with
+The worker layer fetches a clip from the voice store (``decode_clip`` of
+:mod:`voicelane.core.voice_clips`: mono float32 at 24 kHz) and :meth:`SpeakerClips.put`\\ s
+it into :data:`CLIPS` before it submits an utterance of that voice; the engine reads it with
 :meth:`SpeakerClips.get` when the row is planned (on its own thread) and keeps what it
 computed from it, so a clip is needed only until its voice's first row. Bounded: the least
 recently used clips leave first, past ``max_clips`` clips or ``max_bytes`` of samples.
+
+:data:`MAX_CLIP_S` is the engines' ceiling (every row of the voice carries the clip in its
+prompt); the fronts' ``voice_clip_max_s`` (default 30 s) should not exceed it.
 
 Thread-safe; import-light (numpy, no engine).
 """
@@ -15,13 +19,40 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+import numpy as np
 import numpy.typing as npt
 
-from voicelane.core.reference_clip import ClipPcm, check_clip_pcm
+from voicelane.common.errors import InvalidInputError
+from voicelane.core.voice_clips import CLIP_SAMPLE_RATE_HZ
 
+MIN_CLIP_S = 0.5
+"""Below this a clip makes too few audio tokens to speak from (the fronts ask for 3 s)."""
+MAX_CLIP_S = 30.0
+"""The longest clip an engine takes: ChatTTS carries 1406 audio tokens of it in every prompt
+of the voice (its 4096 positions then leave room for 2048 steps and the texts)."""
 DEFAULT_MAX_CLIPS = 1024
 DEFAULT_MAX_BYTES = 128 << 20
-"""128 MiB: 70 clips of the longest (20 s), 170 of 8 s."""
+"""128 MiB: 46 clips of the longest (30 s), 170 of 8 s."""
+
+ClipPcm = npt.NDArray[np.float32]
+
+
+def check_clip_pcm(pcm: npt.ArrayLike, *, field: str = "clip") -> ClipPcm:
+    """The clip as contiguous float32 mono samples at 24 kHz; :class:`InvalidInputError`
+    (permanent) when it is not 1-D floats, not finite, or outside the bounds above."""
+    array = np.asarray(pcm)
+    if array.ndim != 1 or not np.issubdtype(array.dtype, np.floating):
+        raise InvalidInputError(f"{field}: mono float samples expected", field=field)
+    seconds = array.size / CLIP_SAMPLE_RATE_HZ
+    if not MIN_CLIP_S <= seconds <= MAX_CLIP_S:
+        raise InvalidInputError(
+            f"{field}: an engine takes a reference clip of {MIN_CLIP_S:g} to {MAX_CLIP_S:g} s "
+            f"(this one: {seconds:.2f} s)",
+            field=field,
+        )
+    if not np.isfinite(array).all():
+        raise InvalidInputError(f"{field}: samples must be finite", field=field)
+    return np.ascontiguousarray(array, dtype=np.float32)
 
 
 class SpeakerClips:
@@ -39,10 +70,9 @@ class SpeakerClips:
         self._lock = threading.Lock()
 
     def put(self, ref: str, pcm: npt.ArrayLike) -> None:
-        """Keep ``pcm`` (mono, 24 kHz, within the clip bounds of
-        :mod:`voicelane.core.reference_clip`; else :class:`InvalidInputError`) under
-        ``ref``; evicts the least recently used clips past the bounds. A clip over
-        ``max_bytes`` alone is not kept (ValueError)."""
+        """Keep ``pcm`` (mono, 24 kHz, within the bounds above; else
+        :class:`InvalidInputError`) under ``ref``; evicts the least recently used clips past
+        the bounds. A clip over ``max_bytes`` alone is not kept (ValueError)."""
         if not ref:
             raise ValueError("a clip needs its ref")
         clip = check_clip_pcm(pcm).copy()

@@ -11,6 +11,7 @@ import pytest
 
 from voicelane.common.errors import InvalidInputError, is_permanent
 from voicelane.core.speaker_embedding import (
+    MAX_SPK_EMB_CHARS,
     MAX_SPK_EMB_VALUES,
     b14_decode,
     b14_encode,
@@ -107,7 +108,7 @@ def test_malformed_strings_are_permanent_input_errors_on_the_voice(text: str) ->
 
 def test_a_string_longer_than_any_embedding_is_refused_before_decoding() -> None:
     with pytest.raises(InvalidInputError, match="at most"):
-        decode_spk_emb("\u4e00" * (4 * MAX_SPK_EMB_VALUES + 4))
+        decode_spk_emb("\u4e00" * (MAX_SPK_EMB_CHARS + 4))
 
 
 @pytest.mark.parametrize(
@@ -118,3 +119,14 @@ def test_a_string_longer_than_any_embedding_is_refused_before_decoding() -> None
 def test_encoding_refuses_what_is_not_an_embedding(values: np.ndarray) -> None:
     with pytest.raises(ValueError):
         encode_spk_emb(values)
+
+
+def test_the_longest_embedding_fits_the_longest_string() -> None:
+    """8192 values that do not compress still make a string within the bound (and the
+    front's: core/voices.py's MAX_SPK_EMB_CHARS is the same)."""
+    from voicelane.core import voices
+
+    noisy = np.random.default_rng(0).normal(0, 1, MAX_SPK_EMB_VALUES)
+    text = encode_spk_emb(noisy)
+    assert len(text) <= MAX_SPK_EMB_CHARS == voices.MAX_SPK_EMB_CHARS
+    assert decode_spk_emb(text).size == MAX_SPK_EMB_VALUES

@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from voicelane.common.errors import InvalidInputError
-from voicelane.workers.engines.speaker_clips import SpeakerClips
+from voicelane.workers.engines.speaker_clips import (
+    MAX_CLIP_S,
+    MIN_CLIP_S,
+    SpeakerClips,
+    check_clip_pcm,
+)
 
 SECOND = 24000
 
@@ -64,10 +69,38 @@ def test_the_least_recently_used_clips_leave_past_the_bytes() -> None:
         SpeakerClips(max_bytes=one_second).put("x", clip(2))
 
 
+def test_a_clip_within_the_engines_bounds_comes_back_as_contiguous_float32() -> None:
+    checked = check_clip_pcm(np.zeros(60000, dtype=np.float64)[::2])
+    assert checked.dtype == np.float32
+    assert checked.flags.c_contiguous
+    assert checked.size == 30000
+    assert check_clip_pcm(clip(MIN_CLIP_S)).size == MIN_CLIP_S * SECOND
+    assert check_clip_pcm(clip(MAX_CLIP_S)).size == MAX_CLIP_S * SECOND
+
+
+@pytest.mark.parametrize(
+    ("pcm", "message"),
+    [
+        (clip(MIN_CLIP_S)[:-1], "0.5 to 30 s"),
+        (clip(MAX_CLIP_S + 0.01), "0.5 to 30 s"),
+        (np.zeros((2, 48000), dtype=np.float32), "mono"),
+        (np.zeros(48000, dtype=np.int16), "mono float"),
+        (np.full(48000, np.nan, dtype=np.float32), "finite"),
+    ],
+    ids=["too short", "too long", "stereo", "integers", "nan"],
+)
+def test_a_clip_out_of_bounds_is_a_permanent_error_on_the_clip(
+    pcm: np.ndarray, message: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=message) as caught:
+        check_clip_pcm(pcm)
+    assert caught.value.field == "clip"
+
+
 def test_a_clip_out_of_bounds_is_refused() -> None:
     clips = SpeakerClips()
-    with pytest.raises(InvalidInputError, match="seconds"):
-        clips.put("t/short", clip(0.5))
+    with pytest.raises(InvalidInputError, match=r"this one: 0\.40 s"):
+        clips.put("t/short", clip(0.4))
     with pytest.raises(ValueError, match="ref"):
         clips.put("", clip(1))
     assert len(clips) == 0
