@@ -268,11 +268,9 @@ def check_seed(seed: object, *, field: str = "seed") -> int:
 
 
 def check_spk_emb(spk_emb: object, *, field: str = "spk_emb") -> str:
-    """A ChatTTS speaker embedding string as far as its shape tells: base16384 text (what
-    ``Chat.sample_random_speaker()`` returns), at most :data:`MAX_SPK_EMB_CHARS` characters.
-
-    TODO(integrator): once ``voicelane.core.speaker_embedding.decode_spk_emb`` is merged, call
-    it here too, so a string that does not decode to an embedding is refused at creation."""
+    """A ChatTTS speaker embedding string: base16384 text (what
+    ``Chat.sample_random_speaker()`` returns), at most :data:`MAX_SPK_EMB_CHARS` characters,
+    that decodes to an embedding (its size is the model's: the worker checks it)."""
     if not isinstance(spk_emb, str) or not spk_emb.strip():
         raise InvalidInputError(f"{field}: an embedding is a non-empty string", field=field)
     text = spk_emb.strip()
@@ -286,6 +284,13 @@ def check_spk_emb(spk_emb: object, *, field: str = "spk_emb") -> str:
             "Chat.sample_random_speaker() returns)",
             field=field,
         )
+    from voicelane.core.speaker_embedding import decode_spk_emb  # numpy: only here
+
+    try:
+        decode_spk_emb(text)
+    except InvalidInputError as error:
+        detail = str(error).removeprefix("voice").lstrip(" :")
+        raise InvalidInputError(f"{field}: {detail}", field=field) from None
     return text
 
 

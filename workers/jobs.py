@@ -64,6 +64,7 @@ from voicelane.core.text_map import identity
 from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.callbacks import callback_client, post_callback
+from voicelane.workers.voice_clips import fetch_clip
 
 log = logging.getLogger(__name__)
 
@@ -373,6 +374,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
     from voicelane.workers.render import speech_at_rate
 
     assert ctx.batcher is not None
+    fetch_clip(job.options.speaker, ctx.ledger.voices)
     segments = segments_of(plan)
     deadline_s = ctx.batcher.clock() + ctx.settings.render_time_limit_s
     pieces = [

@@ -83,6 +83,7 @@ from voicelane.core.lane.messages import (
     now_ms,
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
+from voicelane.core.ledger.voices import Voices
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import RealtimeSettings
 from voicelane.core.speech_text import (
@@ -720,6 +721,8 @@ class RealtimeConsumer:
         self.batcher = batcher
         self.lane = lane
         self.settings = settings
+        self.voices = Voices(lane.redis)
+        """The tenants' voices: where a clip voice's reference clip is fetched from."""
         self.closing = threading.Event()
         self._sessions: dict[str, Session] = {}
         self._alive_cache: tuple[tuple[str, str], ...] | None = None

@@ -207,7 +207,7 @@ class ApiSettings(FrontSettings):
     deletes one."""
     voice_clip_min_s: float = Field(3.0, gt=0)
     """Shortest reference clip of a clip voice (zero-shot needs some speech to go on)."""
-    voice_clip_max_s: float = Field(30.0, gt=0)
+    voice_clip_max_s: float = Field(30.0, gt=0, le=30.0)
     """Longest reference clip; decoding an upload stops as soon as it passes this."""
     voice_clip_max_bytes: int = Field(512 * 1024, ge=1024)
     """Largest reference clip as stored (Ogg Opus, 48 kbps: 30 s are about 180 KB)."""

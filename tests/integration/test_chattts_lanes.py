@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -149,7 +150,7 @@ def tenant_voices(chattts_lane: Stack, tmp_path_factory: pytest.TempPathFactory)
         listing = client.get("/v1/voices").json()
         chattts = next(e for e in listing["engines"] if e["engine"] == "chattts")
         assert set(chattts["voice_kinds"]) == {"seed", "embedding", "clip", "mix"}
-        bodies = [
+        bodies: list[dict[str, Any]] = [
             {"name": "sam", "kind": "seed", "seed": 11},
             {"name": "emma", "kind": "embedding", "spk_emb": encode_spk_emb([0.1] * TINY.hidden)},
             {"name": "clio", "kind": "clip", "clip_base64": clip, "transcript": "The quick "
