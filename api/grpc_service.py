@@ -69,6 +69,11 @@ def stream_ask(
             else None
         ),
         lexicons=tuple(message.lexicons.names) if message.HasField("lexicons") else None,
+        seed=(
+            message.seed
+            if isinstance(message, pb.SynthesizeRequest) and message.HasField("seed")
+            else None
+        ),
     )
 
 

@@ -80,6 +80,7 @@ from voicelane.core.rules import (
     EngineCapabilities,
     check_client_ts_ms,
     check_request_id,
+    check_seed,
     check_speech_options,
     check_speech_text,
     check_voice,
@@ -129,6 +130,8 @@ class StreamAsk:
     """None: SSML when the text starts with ``<speak`` (:mod:`voicelane.api.text_options`)."""
     lexicons: tuple[str, ...] | None = None
     """The tenant's lexicons to apply; None: its default lexicon, if any."""
+    seed: int | None = None
+    """The sampling seed (engines that sample); None: a fresh draw."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -673,6 +676,7 @@ class StreamGateway:
             sample_rate_hz=ask.sample_rate_hz,
             allowed_rates=stream_sample_rates(ask.encoding),
             encoding=ask.encoding.value,
+            custom_voice=voice.speaker is not None,
         )
         client_ts_ms = check_client_ts_ms(ask.client_ts_ms)
         request_id = (
@@ -692,6 +696,7 @@ class StreamGateway:
             text_options=text_options,
             engine=voice.engine,
             speaker=voice.speaker,
+            seed=check_seed(ask.seed),
         )
 
     async def _submit(self, request: StreamRequest, text: str | None, *, chosen_id: bool) -> None:

@@ -20,6 +20,7 @@ def job_summary(job: Job, *, now: float | None = None) -> dict[str, Any]:
         "state": job.state.value,
         "voice": job.options.shown_voice,
         "engine": job.options.engine,
+        "seed": job.options.seed,
         "format": job.options.format,
         "sample_rate_hz": job.options.sample_rate_hz,
         "speed": job.options.speed,

@@ -384,6 +384,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
             segments,
             voice=job.options.voice,
             speaker=job.options.speaker,
+            seed=job.options.seed,
             speed=job.options.speed,
             sample_rate_hz=job.options.sample_rate_hz,
             pause_s=ctx.settings.paragraph_pause_s,

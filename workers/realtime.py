@@ -513,9 +513,12 @@ class Session:
         params: tuple[tuple[str, float | int | str], ...] = ()
         if voicing.pitch_semitones and profile_for(engine.name).pitch:
             params = (("pitch_semitones", voicing.pitch_semitones),)
+        seed = request.seed
         if voicing.voice:
-            return Utterance(seg.text, voicing.voice, speed, params=params)
-        return Utterance(seg.text, request.voice, speed, params=params, speaker=request.speaker)
+            return Utterance(seg.text, voicing.voice, speed, seed=seed, params=params)
+        return Utterance(
+            seg.text, request.voice, speed, seed=seed, params=params, speaker=request.speaker
+        )
 
     def _stream_ms(self) -> float:
         """Where the next sample delivered will be heard, on the stream's clock."""

@@ -107,6 +107,7 @@ def utterance_of(
     voice: str,
     speed: float,
     speaker: SpeakerDef | None = None,
+    seed: int | None = None,
 ) -> Utterance:
     """The engine's utterance for a prepared segment: its SSML voice over the request's, its
     rate times the request's speed (within the engine's range), its pitch where the engine
@@ -114,15 +115,15 @@ def utterance_of(
     voice or a mix (an SSML voice replaces it)."""
     voicing = segment.voicing
     if voicing.plain:
-        return Utterance(segment.text, voice, speed, speaker=speaker)
+        return Utterance(segment.text, voice, speed, seed=seed, speaker=speaker)
     caps = engine.capabilities()
     rate = min(caps.max_speed, max(caps.min_speed, speed * voicing.rate))
     params: tuple[tuple[str, float | int | str], ...] = ()
     if voicing.pitch_semitones and profile_for(engine.name).pitch:
         params = (("pitch_semitones", float(voicing.pitch_semitones)),)
     if voicing.voice:
-        return Utterance(segment.text, voicing.voice, round(rate, 4), params=params)
-    return Utterance(segment.text, voice, round(rate, 4), params=params, speaker=speaker)
+        return Utterance(segment.text, voicing.voice, round(rate, 4), seed=seed, params=params)
+    return Utterance(segment.text, voice, round(rate, 4), seed=seed, params=params, speaker=speaker)
 
 
 def synthesize_segments(
@@ -136,6 +137,7 @@ def synthesize_segments(
     deadline_s: float | None = None,
     group: str = "",
     speaker: SpeakerDef | None = None,
+    seed: int | None = None,
 ) -> Iterator[TimedAudio]:
     """Each segment's audio at the engine's rate, with its word events, in order, at most
     ``window`` in flight.
@@ -156,7 +158,9 @@ def synthesize_segments(
 
     try:
         for segment in segments:
-            utterance = utterance_of(engine, segment, voice=voice, speed=speed, speaker=speaker)
+            utterance = utterance_of(
+                engine, segment, voice=voice, speed=speed, speaker=speaker, seed=seed
+            )
             pending.append(
                 batcher.submit_timed(
                     utterance, priority=priority, deadline_s=deadline_s, group=group
@@ -236,6 +240,7 @@ def speech_at_rate(
     sample_rate_hz: int,
     pause_s: float,
     speaker: SpeakerDef | None = None,
+    seed: int | None = None,
     pause_after_last: bool = False,
     after_break: bool = False,
     window: int = 256,
@@ -261,6 +266,7 @@ def speech_at_rate(
         segments,
         voice=voice,
         speaker=speaker,
+        seed=seed,
         speed=speed,
         window=window,
         priority=priority,

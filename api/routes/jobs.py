@@ -29,7 +29,12 @@ from voicelane.common.errors import (
 from voicelane.core.engines import qualified
 from voicelane.core.job_view import job_summary
 from voicelane.core.ledger import Job, JobOptions, JobState
-from voicelane.core.rules import EngineCapabilities, check_speech_options, check_speech_text
+from voicelane.core.rules import (
+    EngineCapabilities,
+    check_seed,
+    check_speech_options,
+    check_speech_text,
+)
 from voicelane.core.settings import ApiSettings
 from voicelane.core.speech_text import TextOptions, prepare_text
 from voicelane.core.text_input import check_encodable, decode_text
@@ -66,6 +71,11 @@ class JobRequest(BaseModel):
         None,
         description="The tenant's pronunciation lexicons to apply (a list, or comma-separated "
         "in a form); unset: the tenant's default lexicon; empty: none.",
+    )
+    seed: int | None = Field(
+        None,
+        description="The sampling seed of an engine that samples (ChatTTS): the same voice, "
+        "text and seed give the same audio; unset: a fresh draw.",
     )
 
     @field_validator("lexicons", mode="before")
@@ -238,6 +248,7 @@ async def _check_job(
         sample_rate_hz=body.sample_rate_hz,
         allowed_rates=allowed_sample_rates(fmt),
         encoding=fmt.value,
+        custom_voice=voice.speaker is not None,
     )
     callback = await check_callback(settings, body.callback_url)
     job_options = JobOptions(
@@ -250,6 +261,7 @@ async def _check_job(
         engine=voice.engine,
         speaker=voice.speaker,
         requested_voice=voice.requested if voice.requested != options.voice else "",
+        seed=check_seed(body.seed),
     )
     return job_options, text
 

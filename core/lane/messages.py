@@ -86,12 +86,16 @@ class StreamRequest:
     speaker: SpeakerDef | None = None
     """A tenant's voice or a mix, resolved at submission (``voice`` is then
     ``custom:<digest>``)."""
+    seed: int | None = None
+    """The sampling seed of every sentence (engines that sample); None: a fresh draw."""
 
     def to_fields(self) -> dict[str, str]:
         speaker = {} if self.speaker is None else {"speaker": self.speaker.to_json()}
+        seed = {} if self.seed is None else {"seed": str(self.seed)}
         return {
             **self.text_options.to_fields(),
             **speaker,
+            **seed,
             "engine": self.engine,
             "request_id": self.request_id,
             "tenant": self.tenant,
@@ -124,6 +128,7 @@ class StreamRequest:
             text_options=TextOptions.from_fields(f),
             engine=f.get("engine", "espeak"),
             speaker=SpeakerDef.from_json(f["speaker"]) if "speaker" in f else None,
+            seed=int(f["seed"]) if "seed" in f else None,
         )
 
     @property

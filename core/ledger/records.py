@@ -91,6 +91,8 @@ class JobOptions:
     """A tenant's voice or a mix, resolved at submission (``voice`` is then ``custom:...``)."""
     requested_voice: str = ""
     """The voice as the client named it (shown); "" when it is ``voice``."""
+    seed: int | None = None
+    """The sampling seed of every sentence (engines that sample); None: a fresh draw."""
 
     @property
     def shown_voice(self) -> str:

@@ -165,10 +165,12 @@ def tenant_voices(chattts_lane: Stack, tmp_path_factory: pytest.TempPathFactory)
     return ["sam", "emma", "clio", "mixy"]
 
 
-async def _grpc_packets(target: str, voice: str, text: str, key: str = ACME_KEY) -> list[bytes]:
+async def _grpc_packets(
+    target: str, voice: str, text: str, key: str = ACME_KEY, seed: int | None = None
+) -> list[bytes]:
     async with grpc.aio.insecure_channel(target) as channel:
         stub = pb_grpc.SpeechStub(channel)
-        request = pb.SynthesizeRequest(text=text, voice=voice)
+        request = pb.SynthesizeRequest(text=text, voice=voice, seed=seed)
         metadata = (("authorization", f"Bearer {key}"),)
         chunks = [c async for c in stub.Synthesize(request, metadata=metadata, timeout=120)]
     assert chunks[-1].final
@@ -239,18 +241,23 @@ def test_a_tenants_voices_are_invisible_to_others(
 def test_the_same_tenant_voice_sounds_the_same_whatever_shares_its_batch(
     chattts_lane: Stack, tenant_voices: list[str]
 ) -> None:
-    """API level: a stream alone, then the same stream while others (other voices, other
-    texts) run beside it in the worker's batcher: the same Opus packets."""
+    """API level: a stream alone, then the same stream (voice and seed) while others (other
+    voices, other texts, seeded or not) run beside it in the worker's batcher: the same Opus
+    packets; another seed, other audio."""
     target, text = chattts_lane.grpc_target, "Same voice, same words."
 
     async def crowded() -> list[bytes]:
         neighbours = [
-            asyncio.create_task(_grpc_packets(target, voice, f"Neighbour number {n} talks."))
-            for n, voice in enumerate(["sam", "seed:3", "emma", "clio"])
+            asyncio.create_task(
+                _grpc_packets(target, voice, f"Neighbour number {n} talks.", seed=n or None)
+            )
+            for n, voice in enumerate(["sam", "seed:3", "emma", "clio", "mixy"])
         ]
-        mine = await _grpc_packets(target, "mixy", text)
+        mine = await _grpc_packets(target, "mixy", text, seed=77)
         await asyncio.gather(*neighbours)
         return mine
 
-    alone = asyncio.run(_grpc_packets(target, "mixy", text))
+    alone = asyncio.run(_grpc_packets(target, "mixy", text, seed=77))
+    other_seed = asyncio.run(_grpc_packets(target, "mixy", text, seed=78))
     assert alone and asyncio.run(crowded()) == alone
+    assert other_seed != alone
