@@ -73,7 +73,12 @@ def start_worker_process(
         from voicelane.workers.engines import create_engine
 
         engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
-        jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
+        jobs.batcher = Batcher(
+            engine,
+            settings.batcher,
+            name=f"batcher-{name}",
+            idle_unload_s=settings.idle_unload_s,
+        ).start()
         lane = RealtimeWorkerClient.from_url(settings.redis_url, name, settings.realtime)
         lane.publish_capabilities(engine.capabilities())
         if settings.realtime_enabled:

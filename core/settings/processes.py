@@ -40,6 +40,11 @@ class EngineSettings(BaseModel):
     batcher: BatcherSettings = Field(default_factory=BatcherSettings)
     chattts: ChatTTSSettings = Field(default_factory=ChatTTSSettings)
     """The ChatTTS engine's settings (used when ``engine`` is ``chattts``)."""
+    idle_unload_s: float | None = Field(None, ge=0)
+    """``VOICELANE_IDLE_UNLOAD_S``: after this long without work (nothing queued, running or
+    streaming in the batcher) a worker's engine frees its weights (GPU memory, resident
+    memory); the next request loads it again (it waits for the load, it is not failed).
+    None or 0: never. See docs/batcher.md, "Idle unload"."""
 
 
 class EmbeddedSettings(Root, EngineSettings):
