@@ -86,7 +86,8 @@ class Batcher:
         idle_unload_s: float | None = None,
     ) -> None:
         """``idle_unload_s``: unload the engine after that long without work (None or 0:
-        never; ``EngineSettings.idle_unload_s``). ``clock`` measures it too."""
+        never; ``EngineSettings.idle_unload_s``; ignored for an engine whose unload frees
+        nothing, ``Engine.unload_frees_memory``). ``clock`` measures it too."""
         self.engine = engine
         self.config = config or BatcherSettings()
         self.clock = clock
@@ -102,7 +103,7 @@ class Batcher:
             backoff=self._backoff,
             metrics=self._metrics,
             name=name,
-            idle_unload_s=idle_unload_s,
+            idle_unload_s=idle_unload_s if engine.unload_frees_memory else None,
         )
         self._life = EngineLife(engine)
         self._thread: threading.Thread | None = None

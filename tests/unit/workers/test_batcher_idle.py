@@ -235,6 +235,18 @@ def test_a_stream_still_playing_is_work_however_long_it_takes(clock: FakeClock) 
         batcher.close(drain=False, timeout_s=T)
 
 
+def test_an_engine_whose_unload_frees_nothing_is_never_unloaded(clock: FakeClock) -> None:
+    engine = GatedRecording()
+    engine.unload_frees_memory = False  # espeak's case
+    batcher = Batcher(engine, BatcherSettings(), clock=clock, idle_unload_s=IDLE_S)
+    batcher.start(timeout_s=T)
+    try:
+        advance(batcher, clock, 100 * IDLE_S)
+        assert engine.gated.life == ["load"] and loaded_gauge(batcher) == 1.0
+    finally:
+        batcher.close(drain=False, timeout_s=T)
+
+
 # ---- loading again -----------------------------------------------------------------------
 
 
