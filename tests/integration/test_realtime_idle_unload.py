@@ -141,6 +141,6 @@ def test_a_worker_unloads_when_idle_and_serves_the_next_stream(
     got = events(stack.redis_url, req.request_id, timeout_s=120)
     assert got[-1].kind is EventKind.END, stack.logs()
     assert audio_of(got)
-    demand = 'voicelane_engine_load_seconds_count{engine="chattts",cause="demand"}'
+    demand = 'voicelane_engine_load_seconds_count{cause="demand",engine="chattts"}'
     assert (_metric(port, demand) or 0) >= 1, stack.logs()
     assert "loaded again for new work" in stack.logs()
