@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from voicelane.common.errors import UnknownVoiceError
 from voicelane.core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
 from voicelane.core.speakers import SpeakerDef
 
@@ -205,7 +206,12 @@ class Engine(ABC):
         """Raise a permanent error when the utterance can never be rendered: the request
         rules of :mod:`voicelane.core.rules` against this engine's capabilities."""
         caps = self.capabilities()
-        check_voice(utterance.voice, caps)
+        if utterance.speaker is None:
+            check_voice(utterance.voice, caps)
+        elif not caps.voice_kinds:
+            raise UnknownVoiceError(
+                f"voice: the {self.name} engine speaks only its own voices", field="voice"
+            )
         check_speed(utterance.speed, caps.min_speed, caps.max_speed)
 
     def batch_key(self, utterance: Utterance) -> Hashable:
