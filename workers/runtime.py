@@ -76,7 +76,12 @@ def start_worker_process(
         engine = create_engine(
             settings.engine, device=settings.device, chattts=settings.chattts, piper=settings.piper
         )
-        jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
+        jobs.batcher = Batcher(
+            engine,
+            settings.batcher,
+            name=f"batcher-{name}",
+            idle_unload_s=settings.idle_unload_s,
+        ).start()
         lane = RealtimeWorkerClient.from_url(
             settings.redis_url, name, settings.realtime, engine=engine.name
         )

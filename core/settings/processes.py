@@ -42,6 +42,11 @@ class EngineSettings(BaseModel):
     """The ChatTTS engine's settings (used when ``engine`` is ``chattts``)."""
     piper: PiperSettings = Field(default_factory=PiperSettings)
     """The Piper engine's settings (used when ``engine`` is ``piper``)."""
+    idle_unload_s: float | None = Field(None, ge=0)
+    """``VOICELANE_IDLE_UNLOAD_S``: after this long without work (nothing queued, running or
+    streaming in the batcher) a worker's engine frees its weights (GPU memory, resident
+    memory); the next request loads it again (it waits for the load, it is not failed).
+    None or 0: never. See docs/batcher.md, "Idle unload"."""
 
 
 class EmbeddedSettings(Root, EngineSettings):

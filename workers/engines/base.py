@@ -164,6 +164,9 @@ class Engine(ABC):
     voice_kinds: tuple[str, ...] = ()
     """The kinds of tenant voice (:data:`voicelane.core.speakers.VOICE_KINDS`) the engine
     renders from :attr:`Utterance.speaker`; published in its capabilities."""
+    unload_frees_memory: bool = True
+    """:meth:`unload` gives back memory worth an idle unload (``VOICELANE_IDLE_UNLOAD_S``);
+    False: the batcher never unloads it for idleness (espeak: nothing of its own to free)."""
 
     def load(self) -> None:  # noqa: B027 - optional hook
         """Load the model. Called once, on the thread that will run it."""
