@@ -79,7 +79,7 @@ async def collect(target: str, text: str, **kw: object) -> list[pb.AudioChunk]:
 
 
 def embedded_duration_s(text: str, tmp_path: Path) -> float:
-    with EmbeddedRenderer(EmbeddedSettings(paragraph_pause_s=0)) as renderer:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak", paragraph_pause_s=0)) as renderer:
         return renderer.render(text, tmp_path / "e.wav", fmt=AudioFormat.WAV).duration_s
 
 
