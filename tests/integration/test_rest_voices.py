@@ -25,6 +25,7 @@ from voicelane.core.lane.keys import capabilities_key
 from voicelane.core.ledger import Ledger
 from voicelane.core.rules import EngineCapabilities, VoiceInfo
 from voicelane.core.settings import ApiSettings
+from voicelane.core.speaker_embedding import encode_spk_emb
 from voicelane.core.speakers import VOICE_KINDS, SpeakerDef
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
 
@@ -33,7 +34,8 @@ pytestmark = pytest.mark.integration
 KEYS = "acme:acme-key-0001,other:other-key-0002"
 ACME = {"Authorization": "Bearer acme-key-0001"}
 OTHER = {"Authorization": "Bearer other-key-0002"}
-EMB = "".join(chr(0x4E00 + (n * 37) % 0x4000) for n in range(300)) + "\u3d02"
+EMB = encode_spk_emb([(n % 7 - 3) / 10 for n in range(768)])
+"""A real ChatTTS spk_emb string (768 values: the official weights' size)."""
 CHATTTS = EngineCapabilities(
     engine="chattts",
     sample_rate_hz=24_000,

@@ -21,13 +21,15 @@ from voicelane.common.errors import (
 from voicelane.core.ledger import Ledger
 from voicelane.core.ledger.keys import FAMILIES, VOICE_CLIP, VOICES
 from voicelane.core.ledger.voices import Voices
+from voicelane.core.speaker_embedding import encode_spk_emb
 from voicelane.core.speakers import SpeakerDef
 from voicelane.core.voice_clips import StoredClip, prepare_clip
 from voicelane.core.voices import MixPart, TenantVoice, VoiceClip
 
 pytestmark = pytest.mark.integration
 
-EMB = "".join(chr(0x4E00 + (n * 37) % 0x4000) for n in range(300)) + "\u3d02"
+EMB = encode_spk_emb([(n % 7 - 3) / 10 for n in range(768)])
+"""A real ChatTTS spk_emb string (768 values: the official weights' size)."""
 
 
 @pytest.fixture

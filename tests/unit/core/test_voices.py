@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from voicelane.common.errors import InvalidInputError, UnknownVoiceError
+from voicelane.core.speaker_embedding import encode_spk_emb
 from voicelane.core.speakers import SpeakerDef, SpeakerPart
 from voicelane.core.voices import (
     MAX_MIX_PARTS,
@@ -30,8 +31,8 @@ from voicelane.core.voices import (
     to_speaker,
 )
 
-EMB = "".join(chr(0x4E00 + (n * 37) % 0x4000) for n in range(300)) + "\u3d02"
-"""base16384-shaped text, as ChatTTS's spk_emb strings are."""
+EMB = encode_spk_emb([(n % 7 - 3) / 10 for n in range(768)])
+"""A real ChatTTS spk_emb string (768 values: the official weights' size)."""
 SHA = "ab" * 32
 CLIP = VoiceClip(SHA, "Hello there.", 5.0, 30_000)
 
@@ -184,6 +185,7 @@ def test_spk_emb_must_look_like_an_embedding() -> None:
         (None, "non-empty"),
         ("hello", "not a ChatTTS speaker embedding"),
         ("\u3d02" + EMB, "not a ChatTTS speaker embedding"),  # the end marker, first
+        ("\u4e00" * 300, "not a ChatTTS speaker embedding"),  # base16384 text, no embedding
         (EMB + "x", "not a ChatTTS speaker embedding"),
         ("\u4e00" * 16_385, "at most 16,384"),
     ]:
