@@ -23,7 +23,7 @@ system-deps: $(SYSTEM_STAMP)
 $(STAMP): pyproject.toml client/pyproject.toml $(SYSTEM_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.1"
-	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev,piper]'
 	@touch $@
 
 install: $(STAMP)
@@ -46,9 +46,11 @@ $(PROMETHEUS_STAMP): scripts/install-system-deps.sh $(SYSTEM_STAMP)
 
 install-prometheus: $(PROMETHEUS_STAMP)
 
-# The embedded default first (no servers), then the whole stack over REST.
+# The embedded default first (no servers: English with Piper, Mandarin with espeak), then the
+# whole stack over REST.
 demo: install
 	@mkdir -p out
+	$(BIN)/voicelane render examples/welcome.txt -o out/welcome.ogg
 	$(BIN)/voicelane render examples/sample.txt -o out/sample.ogg
 	scripts/demo.sh
 
@@ -92,6 +94,7 @@ bench: install
 	$(BIN)/python -m bench.realtime
 	$(BIN)/python -m bench.chattts
 	$(BIN)/python -m bench.engines
+	$(BIN)/python -m bench.idle_unload
 
 clean: stop
 	rm -rf $(VENV) out .voicelane .mypy_cache .ruff_cache .pytest_cache

@@ -3,7 +3,8 @@
 :class:`BodyLimit` is ASGI middleware in front of the REST app. Each route has a limit
 (:func:`limit_for`): a job may carry ``max_upload_bytes`` (plus room for a multipart
 envelope and the other fields), OpenAI's speech route 1 MiB, a lexicon (``PUT
-/v1/lexicons/{name}``) 2 MiB, anything else 64 KiB. A body
+/v1/lexicons/{name}``) 2 MiB, a new voice (``POST /v1/voices``: a reference clip, uploaded or
+base64 in JSON) 10 MiB, anything else 64 KiB. A body
 that announces more (``Content-Length``) is refused at once with 413 without reading a byte;
 one that streams in (chunked) is counted as it arrives and refused the moment it passes the
 limit — the route sees :class:`~voicelane.common.errors.TextTooLargeError`, which the app's error
@@ -28,6 +29,9 @@ ENVELOPE_BYTES = 64 * KIB
 LEXICON_BODY_BYTES = 2 * 1024 * KIB
 """A lexicon, JSON or W3C PLS (XML is verbose: a tenant's stored entries are bounded apart,
 :data:`voicelane.core.ledger.lexicons.MAX_TENANT_BYTES`)."""
+VOICE_BODY_BYTES = 10 * 1024 * KIB
+"""A new voice with its reference clip: 30 s of 48 kHz stereo 16-bit WAV (5.5 MiB), base64 in
+JSON (a third more), fits; what is stored is bounded apart (``voice_clip_max_bytes``)."""
 
 
 def route_limits(max_upload_bytes: int, speech_bytes: int) -> Callable[[str, str], int]:
@@ -44,6 +48,8 @@ def route_limits(max_upload_bytes: int, speech_bytes: int) -> Callable[[str, str
             return speech_bytes
         if method == "PUT" and _is_lexicon(path):
             return LEXICON_BODY_BYTES
+        if method == "POST" and path.rstrip("/") == "/v1/voices":
+            return VOICE_BODY_BYTES
         return DEFAULT_LIMIT_BYTES
 
     return limit_for

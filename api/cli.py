@@ -140,8 +140,10 @@ def _api_key(args: argparse.Namespace, cli: CliSettings) -> str:
 
 def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> int:
     from voicelane.common.audio import format_from_name, format_from_path, validate_sample_rate
-    from voicelane.workers.render import EmbeddedRenderer
+    from voicelane.workers.render import EmbeddedRenderer, embedded_engine
 
+    engine, voice = embedded_engine(settings.engine, args.voice, text, settings)
+    settings = settings.model_copy(update={"engine": engine})
     output = Path(args.output)
     fmt = format_from_name(args.format) if args.format else format_from_path(output)
     rate_hz = args.sample_rate or settings.sample_rate_hz
@@ -153,7 +155,7 @@ def _render(args: argparse.Namespace, settings: EmbeddedSettings, text: str) -> 
             text,
             output,
             fmt=fmt,
-            voice=args.voice,
+            voice=voice,
             sample_rate_hz=rate_hz,
             speed=args.speed,
             progress=_ProgressBar(sys.stderr),
@@ -227,25 +229,27 @@ def _cmd_text(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.core.speech_text import prepare_text
     from voicelane.core.text_input import check_text
     from voicelane.core.text_profiles import PROFILES
+    from voicelane.workers.render import embedded_engine
 
     settings = EmbeddedSettings(**_given(args, engine="engine"))
-    if settings.engine not in PROFILES:
-        raise InvalidInputError(
-            f"engine {settings.engine!r} is unknown; one of {', '.join(sorted(PROFILES))}"
-        )
     if args.text == "-":
         text = _read_input("-", settings.max_text_chars)
     else:
         text = check_text(args.text, max_chars=settings.max_text_chars, source="TEXT")
+    engine, _ = embedded_engine(settings.engine, None, text)
+    if engine not in PROFILES:
+        raise InvalidInputError(
+            f"engine {engine!r} is unknown; one of {', '.join(sorted(PROFILES))}"
+        )
     prepared = prepare_text(
         text,
-        profile=PROFILES[settings.engine],
+        profile=PROFILES[engine],
         options=_text_options(args),
         max_segment_chars=settings.max_segment_chars,
     )
     prepared.check_speakable()
     if args.json:
-        view = prepared.to_json(text, engine=settings.engine)
+        view = prepared.to_json(text, engine=engine)
         print(json.dumps(view, ensure_ascii=False, indent=2))
     else:
         for segment in prepared.segments:
@@ -337,15 +341,27 @@ def _cmd_chat(args: argparse.Namespace, cli: CliSettings) -> int:
 
 
 def _cmd_voices(args: argparse.Namespace, _cli: CliSettings) -> int:
+    """The voices of the embedded engine (``auto``: of every installed engine it picks from,
+    by the ids that reach them: a bare id goes to the first engine listed that has it)."""
+    from voicelane.core.engines import engine_installed
     from voicelane.workers.engines import create_engine
+    from voicelane.workers.render import AUTO_ENGINE, ENGLISH_ENGINE_PREFERENCE
 
     settings = _embedded(args)
-    engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
-    for voice in engine.voices():
-        languages = ",".join(voice.languages)
-        if args.language and not any(lang.startswith(args.language) for lang in voice.languages):
-            continue
-        print(f"{voice.id:24} {languages:16} {voice.name}")
+    names = [settings.engine]
+    if settings.engine == AUTO_ENGINE:
+        names = [name for name in ENGLISH_ENGINE_PREFERENCE if engine_installed(name)]
+    for name in names:
+        engine = create_engine(
+            name, device=settings.device, chattts=settings.chattts, piper=settings.piper
+        )
+        for voice in engine.voices():
+            languages = ",".join(voice.languages)
+            if args.language and not any(
+                lang.startswith(args.language) for lang in voice.languages
+            ):
+                continue
+            print(f"{voice.id:24} {name:8} {languages:16} {voice.name}")
     return 0
 
 
@@ -395,8 +411,9 @@ def _cmd_up(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.api.stack import run_stack
     from voicelane.core.settings import StackSettings
 
+    settings = StackSettings(**({"engines": args.engines} if args.engines else {}))
     return run_stack(
-        StackSettings(),
+        settings,
         Path(args.state_dir),
         pidfile=Path(args.pidfile) if args.pidfile else None,
         llm_standin=args.llm_standin,
@@ -610,6 +627,11 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="run the whole stack locally; Ctrl-C stops it")
     up.add_argument("--state-dir", default=".voicelane", help="Redis AOF, storage, logs")
     up.add_argument("--pidfile", help="write this process's pid here (make stop uses it)")
+    up.add_argument(
+        "--engines",
+        help="the engines to serve, in order of preference (e.g. piper,espeak; default: "
+        "$VOICELANE_ENGINES, else $VOICELANE_ENGINE): render workers start for each",
+    )
     up.add_argument(
         "--llm-standin",
         action="store_true",

@@ -20,7 +20,7 @@ from fastapi import Depends, Header
 from starlette.requests import HTTPConnection
 
 from voicelane.api.auth import ApiKeys
-from voicelane.api.engines import EngineRegistry
+from voicelane.api.engines import EngineCatalog
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
@@ -68,7 +68,7 @@ class ApiState:
     jobs: BatchClient
     storage: Storage
     lane: RealtimeClient
-    engines: EngineRegistry
+    engines: EngineCatalog
     streams: StreamGateway
     rate: RequestRate
     blocking_threads: CapacityLimiter

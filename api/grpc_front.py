@@ -25,13 +25,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from voicelane.api.auth import ApiKeys
-from voicelane.api.engines import EngineRegistry
+from voicelane.api.engines import EngineCatalog
 from voicelane.api.grpc_auth import AuthInterceptor
 from voicelane.api.grpc_service import SERVICE_NAME, SpeechService
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
+from voicelane.api.voice_options import VoiceResolver
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core import metrics
 from voicelane.core.lane.front import RealtimeClient
@@ -104,9 +105,10 @@ async def start_front(
     gateway = StreamGateway(
         settings,
         lane,
-        EngineRegistry(lane, settings.engine),
+        EngineCatalog(lane, settings.served_engines()),
         min_deadline_s=min_deadline_s,
         text_options=TextOptionsResolver(ledger.lexicons.resolve),
+        voices=VoiceResolver.over(ledger.voices),
     )
     llm = LlmBridge(settings.llm)
     service = SpeechService(gateway, llm)

@@ -39,6 +39,7 @@ from voicelane.common.errors import DeadlineExceededError, InvalidInputError, Un
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core import metrics
+from voicelane.core.engines import qualified
 from voicelane.core.lane.messages import now_ms
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,11 @@ def stream_ask(
             else None
         ),
         lexicons=tuple(message.lexicons.names) if message.HasField("lexicons") else None,
+        seed=(
+            message.seed
+            if isinstance(message, pb.SynthesizeRequest) and message.HasField("seed")
+            else None
+        ),
     )
 
 
@@ -178,16 +184,21 @@ class SpeechService(pb_grpc.SpeechServicer):
         self, request: pb.ListVoicesRequest, context: Context
     ) -> pb.ListVoicesResponse:
         try:
-            capabilities = await self.gateway.capabilities()
+            default = await self.gateway.capabilities()
+            engines = await self.gateway.engines.published()
         except Exception as error:
             await _abort(context, None, error, method="ListVoices")
-        return pb.ListVoicesResponse(
-            engine=capabilities.engine,
-            voices=[
-                pb.Voice(id=v.id, name=v.name, languages=list(v.languages))
-                for v in capabilities.voices
-            ],
-        )
+        voices = [
+            pb.Voice(
+                id=v.id if caps.engine == default.engine else qualified(caps.engine, v.id),
+                name=v.name,
+                languages=list(v.languages),
+                engine=caps.engine,
+            )
+            for caps in sorted(engines, key=lambda c: c.engine != default.engine)
+            for v in caps.voices
+        ]
+        return pb.ListVoicesResponse(engine=default.engine, voices=voices)
 
     async def Chat(  # noqa: N802 - the generated servicer's name
         self, request: pb.ChatRequest, context: Context

@@ -1,7 +1,7 @@
 """The REST front (FastAPI): ``create_app`` builds the app from its routers.
 
 ``voicelane api`` serves it with uvicorn. Routes live in :mod:`voicelane.api.routes` (``jobs``,
-``speech``, ``ops``, ``lexicons``...), each an ``APIRouter`` whose routes take the app's
+``speech``, ``ops``, ``lexicons``, ``voices``...), each an ``APIRouter`` whose routes take the app's
 state and the caller's tenant as dependencies (:mod:`voicelane.api.deps`). Every error is a
 JSON body ``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one line of
 message and the status the error class maps to: :func:`voicelane.api.failures.http_reply`,
@@ -22,14 +22,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from voicelane.api.auth import ApiKeys
 from voicelane.api.body_limit import BodyLimit, route_limits
 from voicelane.api.deps import BLOCKING_THREADS, ApiState, WebSocketGate
-from voicelane.api.engines import EngineRegistry
+from voicelane.api.engines import EngineCatalog
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
-from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text
+from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text, voices
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
+from voicelane.api.voice_options import VoiceResolver
 from voicelane.common.error_wire import http_body
 from voicelane.common.errors import WireError, status_for_http
 from voicelane.core.batch_lane import BatchClient, CeleryEnqueue, Enqueue
@@ -65,7 +66,7 @@ def create_app(
     # Async Redis for the real-time lane, the quotas and the engine's capabilities (connects
     # on first use).
     lane = RealtimeClient.from_url(settings.redis_url, settings.realtime)
-    engines = EngineRegistry(lane, settings.engine)
+    engines = EngineCatalog(lane, settings.served_engines())
     rate = RequestRate(
         lane.redis, per_s=settings.tenant_requests_per_s, burst=settings.tenant_request_burst
     )
@@ -83,6 +84,7 @@ def create_app(
             engines,
             rate=rate,
             text_options=TextOptionsResolver(ledger.lexicons.resolve),
+            voices=VoiceResolver.over(ledger.voices),
         ),
         rate=rate,
         blocking_threads=CapacityLimiter(BLOCKING_THREADS),
@@ -114,7 +116,7 @@ def create_app(
     )
     _install_error_handlers(app)
     routers = (jobs.router, speech.router, chat.router, text.router, ops.router, callbacks.router)
-    for router in (*routers, lexicons.router):
+    for router in (*routers, lexicons.router, voices.router):
         app.include_router(router)
     return app
 

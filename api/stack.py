@@ -1,9 +1,10 @@
 """``voicelane up``: the whole stack on this machine, one command; Ctrl-C stops it all.
 
-Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), the render workers
-(engine + batcher + ``render`` queue + real-time consumer each: one per CPU core for a CPU
-engine such as espeak, one for a GPU engine; ``VOICELANE_RENDER_WORKERS`` overrides), a CPU
-worker (``control,assemble`` +
+Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), the render workers of
+each engine served (``--engines`` / ``VOICELANE_ENGINES``; engine + batcher + its render queue +
+real-time consumer each: one per CPU core for a CPU engine such as espeak — the cores divided
+between the CPU engines served — one for a GPU engine; ``VOICELANE_RENDER_WORKERS``
+overrides), a CPU worker (``control,assemble`` +
 reconciler), the REST API, the gRPC front and Flower, each as a child process, prints where
 each listens once all answer, and stops them all (children in reverse order, then the Redis
 it started) on Ctrl-C or SIGTERM. State (Redis AOF, local storage) lives in ``--state-dir``
@@ -39,6 +40,7 @@ import httpx
 
 from voicelane.api.flower import basic_auth
 from voicelane.common.errors import VoicelaneError
+from voicelane.core.engines import DEFAULT_STACK_ENGINES, engine_installed
 from voicelane.core.redis_server import RedisServer, redis_answers
 from voicelane.core.settings import StackSettings
 
@@ -276,8 +278,26 @@ def grpc_serving(target: str) -> bool:
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
+def stack_engines(settings: StackSettings) -> tuple[str, ...]:
+    """The engines ``up`` serves: as configured (``--engines``, ``VOICELANE_ENGINES`` or
+    ``VOICELANE_ENGINE``), else those of :data:`DEFAULT_STACK_ENGINES` that are installed."""
+    if settings.engines.strip() or "engine" in settings.model_fields_set:
+        return settings.served_engines()
+    return tuple(name for name in DEFAULT_STACK_ENGINES if engine_installed(name))
+
+
+def _worker_names(engine: str, count: int, engines: int) -> list[str]:
+    """``gpu-worker`` / ``gpu-worker-2`` for a stack of one engine; ``piper-worker-1``... for
+    several."""
+    base = "gpu-worker" if engines == 1 else f"{engine}-worker"
+    if count == 1 and engines == 1:
+        return [base]
+    return [f"{base}-{n}" for n in range(1, count + 1)]
+
+
 def _ready(api: StackSettings, grpc_target: str) -> bool:
-    """The API is ready, the gRPC front serves and a GPU worker reports real-time capacity."""
+    """The API is ready, the gRPC front serves and a render worker of every engine reports
+    real-time capacity."""
     import redis
 
     from voicelane.core.lane.worker import reporting_workers
@@ -289,7 +309,9 @@ def _ready(api: StackSettings, grpc_target: str) -> bool:
         return False
     client = redis.Redis.from_url(api.redis_url, socket_timeout=1.0)
     try:
-        return reporting_workers(client) > 0 and grpc_serving(grpc_target)
+        engines = api.served_engines()
+        reporting = all(reporting_workers(client, engine) > 0 for engine in engines)
+        return reporting and grpc_serving(grpc_target)
     except redis.RedisError:
         return False
     finally:
@@ -417,27 +439,32 @@ def run_stack(
             standin = _llm_standin(env, stack, log_dir)
             supervisor.children.append(standin)
             standin.start()
-        render_workers = stack.render_worker_count()
+        engines = stack_engines(stack)
+        stack = stack.model_copy(update={"engines": ",".join(engines)})
+        env["VOICELANE_ENGINES"] = stack.engines
         render = [
-            (
-                "gpu-worker" if render_workers == 1 else f"gpu-worker-{n}",
-                ["worker"],
-                "queue render (engine + batcher)",
-            )
-            for n in range(1, render_workers + 1)
+            (name, ["worker"], f"queue render.{engine} ({engine} + batcher)", engine)
+            for engine in engines
+            for name in _worker_names(engine, stack.render_worker_count(engine), len(engines))
         ]
         metrics_port = stack.metrics_base_port
         targets = [_target(f"{stack.host}:{stack.port}", "api")]
-        for name, args, where in (
+        first = engines[0]
+        for name, args, where, engine in (
             *render,
-            ("cpu-worker", ["worker", "--queues", "control,assemble"], "queues control, assemble"),
-            ("api", ["api"], f"http://{stack.host}:{stack.port} (OpenAPI: /docs)"),
-            ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)"),
-            ("flower", ["flower"], f"http://{stack.flower_host}:{stack.flower_port}"),
+            (
+                "cpu-worker",
+                ["worker", "--queues", "control,assemble"],
+                "queues control, assemble",
+                first,
+            ),
+            ("api", ["api"], f"http://{stack.host}:{stack.port} (OpenAPI: /docs)", first),
+            ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)", first),
+            ("flower", ["flower"], f"http://{stack.flower_host}:{stack.flower_port}", first),
         ):
-            child_env = env
+            child_env = {**env, "VOICELANE_ENGINE": engine}
             if args[0] in ("worker", "grpc"):  # the API serves /metrics on its own port
-                child_env = {**env, "VOICELANE_METRICS_PORT": str(metrics_port)}
+                child_env["VOICELANE_METRICS_PORT"] = str(metrics_port)
                 targets.append(_target(f"127.0.0.1:{metrics_port}", name))
                 metrics_port += 1
             child = Child(name, args, where, child_env, log_dir)

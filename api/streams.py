@@ -41,21 +41,25 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from voicelane.api.engines import EngineRegistry
+from voicelane.api.engines import EngineCatalog, ResolvedVoice
 from voicelane.api.output_reader import OutputReader, Subscription
 from voicelane.api.text_options import TextOptionsResolver
+from voicelane.api.voice_options import VoiceResolver
 from voicelane.common.audio.stream import StreamEncoding, stream_sample_rates
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import (
     DeadlineExceededError,
+    InvalidInputError,
     NoCapacityError,
     QuotaExceededError,
     StreamExistsError,
     StreamNotFoundError,
     UnavailableError,
+    UnknownVoiceError,
     error_from_wire,
 )
 from voicelane.core import metrics
+from voicelane.core.engines import split_voice
 from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.lane.messages import (
     NO_DETAIL,
@@ -74,11 +78,13 @@ from voicelane.core.rules import (
     MIN_USEFUL_DEADLINE_S,
     ConversationText,
     EngineCapabilities,
-    SpeechOptions,
     check_client_ts_ms,
     check_request_id,
+    check_seed,
     check_speech_options,
     check_speech_text,
+    check_voice,
+    shown,
 )
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.speech_text import TextOptions, prepare_text
@@ -124,6 +130,8 @@ class StreamAsk:
     """None: SSML when the text starts with ``<speak`` (:mod:`voicelane.api.text_options`)."""
     lexicons: tuple[str, ...] | None = None
     """The tenant's lexicons to apply; None: its default lexicon, if any."""
+    seed: int | None = None
+    """The sampling seed (engines that sample); None: a fresh draw."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +175,11 @@ class Admission:
     cached for a few tens of ms, minus the streams this process admitted since: a burst
     cannot overshoot, and a refusal (``RESOURCE_EXHAUSTED``) is immediate."""
 
-    def __init__(self, lane: RealtimeClient, *, ttl_s: float = DEFAULT_CAPACITY_TTL_S) -> None:
+    def __init__(
+        self, lane: RealtimeClient, engine: str, *, ttl_s: float = DEFAULT_CAPACITY_TTL_S
+    ) -> None:
         self._lane = lane
+        self._engine = engine
         self._ttl_s = ttl_s
         self._capacity = 0
         self._fetched_at = -float("inf")
@@ -200,7 +211,7 @@ class Admission:
         async with self._lock:
             if time.monotonic() - self._fetched_at >= self._ttl_s:
                 self._submitted = 0
-                self._capacity = await self._lane.capacity()
+                self._capacity = await self._lane.capacity(self._engine)
                 self._fetched_at = time.monotonic()
             self._check_room()
             self._in_flight += 1
@@ -281,9 +292,12 @@ class Stream:
         after_seq: int = -1,
         client_gone: ClientGone = lambda: False,
         front: str | None = None,
+        engine: str = "",
     ) -> None:
         rt = gateway.settings.realtime
         self._front = front
+        self.engine = engine
+        """The engine serving the stream ("" for a resumed one: not known here)."""
         """Set for a new stream: its first audio is timed for ``chattts_stream_latency_ms``."""
         self._opened_s = time.monotonic()
         self._gateway = gateway
@@ -373,8 +387,7 @@ class Stream:
 
     def _first_audio(self, front: str) -> None:
         latency_ms = (time.monotonic() - self._opened_s) * 1000
-        engine = self._gateway.engines.engine
-        metrics.STREAM_LATENCY_MS.labels(front=front, engine=engine).observe(latency_ms)
+        metrics.STREAM_LATENCY_MS.labels(front=front, engine=self.engine).observe(latency_ms)
         self._front = None
 
     def _accept(self, event: OutputEvent) -> StreamChunk | None:
@@ -448,20 +461,22 @@ class StreamGateway:
         self,
         settings: ServiceSettings,
         lane: RealtimeClient,
-        engines: EngineRegistry,
+        engines: EngineCatalog,
         *,
-        admission: Admission | None = None,
         rate: RequestRate | None = None,
         block_ms: int = DEFAULT_BLOCK_MS,
         min_deadline_s: float = MIN_USEFUL_DEADLINE_S,
         text_options: TextOptionsResolver | None = None,
+        voices: VoiceResolver | None = None,
     ) -> None:
         self.settings = settings
         self.text_options = text_options or TextOptionsResolver(None)
         """Resolves each request's text options (its tenant's lexicons)."""
+        self.voices = voices or VoiceResolver(None)
+        """Resolves a request's voice that is the tenant's own or a mix."""
         self.lane = lane
         self.engines = engines
-        self.admission = admission or Admission(lane)
+        self._admissions: dict[str, Admission] = {}
         self.rate = rate or RequestRate(
             lane.redis, per_s=settings.tenant_requests_per_s, burst=settings.tenant_request_burst
         )
@@ -473,8 +488,15 @@ class StreamGateway:
         """Reads every open stream's output (one XREAD per round); stopped by :meth:`close`."""
         self._background: set[asyncio.Task[None]] = set()
 
-    async def capabilities(self) -> EngineCapabilities:
-        return await self.engines.capabilities()
+    async def capabilities(self, engine: str | None = None) -> EngineCapabilities:
+        return await self.engines.capabilities(engine)
+
+    def admission(self, engine: str) -> Admission:
+        """Admission to ``engine``'s workers (each engine has its own capacity)."""
+        admission = self._admissions.get(engine)
+        if admission is None:
+            admission = self._admissions[engine] = Admission(self.lane, engine)
+        return admission
 
     def deadline_ms(self, time_remaining_s: float | None) -> int:
         """The stream's absolute deadline (unix ms): the client's, else the default; never
@@ -501,7 +523,8 @@ class StreamGateway:
             text, max_chars=self.settings.max_stream_text_chars, field=text_field
         )
         text_options = await self._text_options(tenant, ask)
-        caps = await self.capabilities()
+        voice = await self.resolve_voice(tenant, ask.voice, text=text)
+        caps = voice.caps
         # Refused now what the worker could not speak: nothing left for this engine, SSML
         # that cannot be read, a voice it does not have.
         prepared = prepare_text(
@@ -509,7 +532,7 @@ class StreamGateway:
         )
         prepared.check(caps, field=text_field)
         request = await self._request(
-            tenant, ask, Mode.SYNTHESIZE, time_remaining_s, text_options=text_options
+            tenant, ask, voice, Mode.SYNTHESIZE, time_remaining_s, text_options=text_options
         )
         await self._submit(request, text, chosen_id=ask.request_id is not None)
         log.info(
@@ -529,8 +552,9 @@ class StreamGateway:
     ) -> Conversation:
         """A stream whose text the caller sends as it arrives."""
         text_options = replace(await self._text_options(tenant, ask), ssml=False)
+        voice = await self.resolve_voice(tenant, ask.voice, text="")
         request = await self._request(
-            tenant, ask, Mode.CONVERSE, time_remaining_s, text_options=text_options
+            tenant, ask, voice, Mode.CONVERSE, time_remaining_s, text_options=text_options
         )
         await self._submit(request, None, chosen_id=ask.request_id is not None)
         log.info(
@@ -605,16 +629,55 @@ class StreamGateway:
             tenant, normalize=ask.normalize, ssml=ask.ssml, lexicons=ask.lexicons
         )
 
+    async def resolve_voice(self, tenant: str, voice: str | None, *, text: str) -> ResolvedVoice:
+        """The engine and voice a request's ``voice`` names: one of the tenant's voices or a
+        mix (its speaker, for an engine that makes such voices), else an engine's own voice
+        (:meth:`EngineCatalog.resolve`). Every front and the jobs route resolve here."""
+        custom = await self.voices.resolve(tenant, voice) if voice else None
+        if custom is None:
+            return await self.engines.resolve(voice, text=text)
+        assert voice is not None
+        engine = custom.engine
+        if engine is None:  # a mix of engine voice ids only: their engine
+            parts = [await self.engines.resolve(v, text=text) for v in custom.engine_voices]
+            engines = sorted({part.engine for part in parts})
+            if len(engines) != 1:
+                raise InvalidInputError(
+                    f"voice: a mix is of one engine's voices (this one names {', '.join(engines)})",
+                    field="voice",
+                )
+            engine = engines[0]
+            custom = await self.voices.resolve(tenant, voice, engine=engine) or custom
+        caps = await self.engines.capabilities(self.engines.served(engine, voice=voice))
+        if not caps.voice_kinds:
+            raise UnknownVoiceError(
+                f"voice {shown(voice)}: the {engine} engine speaks only its own voices",
+                field="voice",
+            )
+        for part in custom.engine_voices:
+            check_voice(split_voice(part)[1], caps)
+        speaker = custom.speaker
+        return ResolvedVoice(caps, f"custom:{speaker.digest}", speaker=speaker, requested=voice)
+
     async def _request(
         self,
         tenant: str,
         ask: StreamAsk,
+        voice: ResolvedVoice,
         mode: Mode,
         time_remaining_s: float | None,
         *,
         text_options: TextOptions,
     ) -> StreamRequest:
-        options = await self._options(ask)
+        options = check_speech_options(
+            voice.caps,
+            voice=voice.voice,
+            speed=ask.speed,
+            sample_rate_hz=ask.sample_rate_hz,
+            allowed_rates=stream_sample_rates(ask.encoding),
+            encoding=ask.encoding.value,
+            custom_voice=voice.speaker is not None,
+        )
         client_ts_ms = check_client_ts_ms(ask.client_ts_ms)
         request_id = (
             check_request_id(ask.request_id) if ask.request_id is not None else new_request_id()
@@ -631,16 +694,9 @@ class StreamGateway:
             encoding=ask.encoding,
             paced=ask.paced,
             text_options=text_options,
-        )
-
-    async def _options(self, ask: StreamAsk) -> SpeechOptions:
-        return check_speech_options(
-            await self.engines.capabilities(),
-            voice=ask.voice,
-            speed=ask.speed,
-            sample_rate_hz=ask.sample_rate_hz,
-            allowed_rates=stream_sample_rates(ask.encoding),
-            encoding=ask.encoding.value,
+            engine=voice.engine,
+            speaker=voice.speaker,
+            seed=check_seed(ask.seed),
         )
 
     async def _submit(self, request: StreamRequest, text: str | None, *, chosen_id: bool) -> None:
@@ -652,13 +708,14 @@ class StreamGateway:
         exists = StreamExistsError(
             f"request_id: a stream {public_id} already exists", field="request_id"
         )
-        self.admission.refuse_if_full()
+        admission = self.admission(request.engine)
+        admission.refuse_if_full()
         if chosen_id and await self.lane.exists(lane_id):
             raise exists
         await self.rate.take(tenant)
         remaining_s = max(0.0, (request.deadline_ms - now_ms()) / 1000)
         ttl_s = math.ceil(remaining_s + self.settings.realtime.output_ttl_s) + TENANT_TTL_MARGIN_S
-        async with self.admission.slot():
+        async with admission.slot():
             limit = self.settings.tenant_max_streams
             if not await self.lane.hold_tenant_slot(
                 tenant, lane_id, until_ms=request.deadline_ms, limit=limit
@@ -688,6 +745,7 @@ class StreamGateway:
             picked_up=False,
             client_gone=client_gone,
             front=front,
+            engine=request.engine,
         )
 
     def _end_done(self, lane_id: str, *, cancelled: bool) -> Callable[[asyncio.Task[None]], None]:

@@ -44,7 +44,7 @@ def texts(count: int, characters: int) -> list[str]:
 
 
 def embedded(job_texts: list[str], directory: Path) -> tuple[float, float]:
-    with EmbeddedRenderer(EmbeddedSettings()) as renderer:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak")) as renderer:
         started = time.perf_counter()
         audio_s = 0.0
         for i, text in enumerate(job_texts):

@@ -106,7 +106,7 @@ def pipeline(
     fmt: AudioFormat = AudioFormat.OGG,
     options: TextOptions = TextOptions(),  # noqa: B008 - frozen
 ) -> tuple[float, float]:
-    with EmbeddedRenderer(EmbeddedSettings()) as renderer:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak")) as renderer:
         started = time.perf_counter()
         result = renderer.render(text, out, fmt=fmt, text_options=options)
         return time.perf_counter() - started, result.duration_s

@@ -2,8 +2,10 @@
 
 Like :mod:`voicelane.core.lane` for live streams, this module is what both sides agree on:
 
-* the Celery queues (``control``: planning, callbacks, cleanup; ``render``: GPU workers;
-  ``assemble``: CPU workers) and the task names, routed one queue per task;
+* the Celery queues (``control``: planning, callbacks, cleanup; ``render.{engine}``: the
+  workers of one engine — a worker started with ``--queues render`` takes its engine's;
+  ``assemble``: CPU workers) and the task names, routed one queue per task (a chunk to its
+  job's engine's render queue);
 * :func:`configure_celery`, the one Celery configuration (reliability settings explained
   in ``docs/batch-lane.md`` and the team's notes), used by the workers' app and by the
   fronts' producer alike;
@@ -24,6 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 from voicelane.common.errors import JobStateError, UnavailableError
+from voicelane.core.engines import ENGINE_NAMES, render_queue
 from voicelane.core.ledger import Job, JobOptions, JobState, Ledger
 from voicelane.core.settings import ServiceSettings
 
@@ -34,8 +37,11 @@ log = logging.getLogger(__name__)
 
 CONTROL_QUEUE = "control"
 RENDER_QUEUE = "render"
+"""What a worker's ``--queues`` names for "the render queue of my engine"
+(:func:`~voicelane.core.engines.render_queue`: ``render.espeak``, ``render.piper``...)."""
 ASSEMBLE_QUEUE = "assemble"
-QUEUES = (CONTROL_QUEUE, RENDER_QUEUE, ASSEMBLE_QUEUE)
+RENDER_QUEUES = tuple(render_queue(engine) for engine in ENGINE_NAMES)
+QUEUES = (CONTROL_QUEUE, *RENDER_QUEUES, ASSEMBLE_QUEUE)
 
 PLAN_TASK = "voicelane.plan"
 RENDER_CHUNK_TASK = "voicelane.render_chunk"
@@ -47,15 +53,24 @@ TASK_QUEUES = {
     PLAN_TASK: CONTROL_QUEUE,
     NOTIFY_TASK: CONTROL_QUEUE,
     CLEANUP_TASK: CONTROL_QUEUE,
-    RENDER_CHUNK_TASK: RENDER_QUEUE,
+    RENDER_CHUNK_TASK: render_queue(ENGINE_NAMES[0]),
     ASSEMBLE_TASK: ASSEMBLE_QUEUE,
 }
+"""Each task's queue; a chunk goes to its job's engine's queue (the ``queue`` of
+:class:`Enqueue`), this one only when none is given."""
 
 
 class Enqueue(Protocol):
-    """Send ``task`` with ``args`` (ids only) to its queue."""
+    """Send ``task`` with ``args`` (ids only) to its queue (``queue``: another than the
+    task's own, such as a chunk's engine's render queue)."""
 
-    def __call__(self, task: str, *args: str | int, countdown_s: float | None = None) -> None: ...
+    def __call__(
+        self,
+        task: str,
+        *args: str | int,
+        countdown_s: float | None = None,
+        queue: str | None = None,
+    ) -> None: ...
 
 
 def configure_celery(app: Celery, settings: ServiceSettings) -> None:
@@ -98,6 +113,7 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
         task_routes={
             name: {"queue": queue, "exchange": queue, "routing_key": queue}
             for name, queue in TASK_QUEUES.items()
+            if name != RENDER_CHUNK_TASK  # routed by its engine when sent (send_task)
         },
         worker_send_task_events=True,
         task_send_sent_event=True,
@@ -107,9 +123,18 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
     )
 
 
-def send_task(app: Celery, task: str, *args: str | int, countdown_s: float | None = None) -> None:
-    """Send a task by name to its queue: ids only, never text."""
-    app.send_task(task, args=list(args), queue=TASK_QUEUES[task], countdown=countdown_s)
+def send_task(
+    app: Celery,
+    task: str,
+    *args: str | int,
+    countdown_s: float | None = None,
+    queue: str | None = None,
+) -> None:
+    """Send a task by name to its queue (or ``queue``): ids only, never text."""
+    queue = queue or TASK_QUEUES[task]
+    app.send_task(
+        task, args=list(args), queue=queue, exchange=queue, routing_key=queue, countdown=countdown_s
+    )
 
 
 class CeleryEnqueue:
@@ -134,8 +159,14 @@ class CeleryEnqueue:
                 self._app = app
             return self._app
 
-    def __call__(self, task: str, *args: str | int, countdown_s: float | None = None) -> None:
-        send_task(self._producer(), task, *args, countdown_s=countdown_s)
+    def __call__(
+        self,
+        task: str,
+        *args: str | int,
+        countdown_s: float | None = None,
+        queue: str | None = None,
+    ) -> None:
+        send_task(self._producer(), task, *args, countdown_s=countdown_s, queue=queue)
 
 
 class BatchClient:

@@ -95,8 +95,23 @@ ENGINE_RELOADS = Counter(
 )
 ENGINE_MEMORY_BYTES = Gauge(
     "voicelane_engine_memory_bytes",
-    "The engine's memory around its last reload (CUDA allocator on a GPU, RSS on the CPU)",
+    "The engine's memory around its last reload, idle unload and load again (CUDA allocator "
+    "on a GPU, RSS on the CPU), by when: before_reload, unloaded, after_reload, "
+    "before_idle_unload, idle_unloaded, after_idle_reload",
     ["when"],
+)
+_LOAD_S_BUCKETS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
+ENGINE_LOAD_S = Histogram(
+    "voicelane_engine_load_seconds",
+    "Time the engine took to load its weights, by cause: start, demand (new work after an "
+    "idle unload), reload (a hot-swap)",
+    ["engine", "cause"],
+    buckets=_LOAD_S_BUCKETS,
+)
+ENGINE_IDLE_UNLOADS = Counter(
+    "voicelane_engine_idle_unloads_total",
+    "Times the engine dropped its weights after VOICELANE_IDLE_UNLOAD_S without work",
+    ["engine"],
 )
 CHUNK_RETRIES = Counter(
     "voicelane_chunk_retries_total", "Batch-lane chunks rendered again after a failed attempt"
@@ -190,6 +205,8 @@ __all__ = [
     "CALLBACK_FAILURES",
     "CHUNK_RETRIES",
     "CONVERSATIONS",
+    "ENGINE_IDLE_UNLOADS",
+    "ENGINE_LOAD_S",
     "ENGINE_MEMORY_BYTES",
     "ENGINE_RELOADS",
     "GRPC_STREAM_ERRORS",

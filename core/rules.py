@@ -217,16 +217,27 @@ def check_speech_options(
     sample_rate_hz: int | None,
     allowed_rates: Sequence[int],
     encoding: str,
+    custom_voice: bool = False,
 ) -> SpeechOptions:
-    """Voice, speed and output rate of one request, defaults applied."""
+    """Voice, speed and output rate of one request, defaults applied. ``custom_voice``: the
+    voice is a tenant's voice or a mix, already resolved for this engine (``custom:...``)."""
     return SpeechOptions(
-        voice=check_voice(voice, caps),
+        voice=voice or DEFAULT_VOICE if custom_voice else check_voice(voice, caps),
         speed=check_speed(speed, caps.min_speed, caps.max_speed),
         sample_rate_hz=check_sample_rate(sample_rate_hz, allowed_rates, encoding=encoding),
     )
 
 
 MAX_CLIENT_TS_MS = 2**63 - 1
+
+
+def check_seed(seed: int | None, *, field: str = "seed") -> int | None:
+    """A sampling seed: 0 to :data:`MAX_SEED`, or None (a fresh draw each time)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InvalidInputError(f"{field} must be from 0 to {MAX_SEED}", field=field)
+    return seed
 
 
 def check_client_ts_ms(client_ts_ms: int, *, field: str = "client_ts_ms") -> int:

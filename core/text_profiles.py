@@ -23,7 +23,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-__all__ = ["CHATTTS", "ESPEAK", "PROFILES", "TextProfile", "profile_for"]
+__all__ = ["CHATTTS", "ESPEAK", "PIPER", "PROFILES", "TextProfile", "profile_for"]
 
 _CHATTTS_PAUSES = ",.!?;:'\"()-，。、！？；：（）…—“”‘’《》「」『』【】"
 _SPELLED = {"ß": "ss", "æ": "ae", "Æ": "AE", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L",
@@ -103,7 +103,22 @@ CHATTTS = TextProfile(
     pitch=False,
 )
 
-PROFILES = {p.engine: p for p in (ESPEAK, CHATTTS)}
+PIPER = TextProfile(
+    engine="piper",
+    ascii_letters_only=False,
+    speaks_digits=True,
+    speaks_symbols=True,
+    pauses=None,
+    phonemes=False,
+    pitch=False,
+)
+"""Piper phonemizes with espeak-ng (its own copy): what espeak-ng reads, Piper reads, but the
+voice's model only knows its own phonemes (an English voice reads Han characters as "Chinese
+letter"). Inline phonemes are espeak-ng's ASCII mnemonics in this pipeline, not the IPA a
+Piper voice takes: SSML ``phoneme`` and lexicon phonemes are read as written (with a warning).
+No pitch control."""
+
+PROFILES = {p.engine: p for p in (ESPEAK, CHATTTS, PIPER)}
 """The engines with a profile of their own, by name."""
 
 

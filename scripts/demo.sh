@@ -20,7 +20,7 @@ fi
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "stack already running (pid $(cat "$pidfile"))"
 else
-    echo "starting the stack (redis, gpu worker, cpu worker, api, grpc, flower, LLM: ${llm_args[*]:-$ollama}); log: out/stack.log"
+    echo "starting the stack (redis, Piper and espeak workers, cpu worker, api, grpc, flower, LLM: ${llm_args[*]:-$ollama}); log: out/stack.log"
     nohup .venv/bin/voicelane up --state-dir .voicelane --pidfile "$pidfile" "${llm_args[@]}" \
         >out/stack.log 2>&1 &
     for _ in $(seq 1 450); do
@@ -39,9 +39,12 @@ export VOICELANE_API_KEY=${VOICELANE_API_KEY:-demo-key}
 echo "== batch lane: the sample text as a job over REST"
 .venv/bin/voicelane jobs submit examples/sample.txt --server "$api" -o out/sample-job.ogg
 echo
-echo "== real-time lane: one sentence streamed through the gRPC front"
-.venv/bin/voicelane say "Hello from the real-time lane of voicelane. 你好！" \
+echo "== real-time lane: one sentence streamed through the gRPC front (English: Piper)"
+.venv/bin/voicelane say "Hello from the real-time lane of voicelane." \
     --server "${VOICELANE_GRPC:-127.0.0.1:50051}" -o out/stream.wav
+echo "== ... and one in Mandarin (espeak: the engine with a Mandarin voice)"
+.venv/bin/voicelane say "你好，欢迎使用 voicelane。" \
+    --server "${VOICELANE_GRPC:-127.0.0.1:50051}" -o out/stream-zh.wav
 echo
 echo "== LLM lane: a question to the LLM, its reply spoken while it is written (gRPC Chat)"
 .venv/bin/voicelane chat "What should I pack for a weekend in the mountains?" \

@@ -37,6 +37,8 @@ def _reset_connections() -> None:
         amqp._producer_pool = None
 
 
-def enqueue(task: str, *args: str | int, countdown_s: float | None = None) -> None:
+def enqueue(
+    task: str, *args: str | int, countdown_s: float | None = None, queue: str | None = None
+) -> None:
     """:class:`voicelane.core.batch_lane.Enqueue` on the workers' app."""
-    send_task(app, task, *args, countdown_s=countdown_s)
+    send_task(app, task, *args, countdown_s=countdown_s, queue=queue)

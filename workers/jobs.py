@@ -34,10 +34,10 @@ from voicelane.core.batch_lane import (
     CLEANUP_TASK,
     NOTIFY_TASK,
     RENDER_CHUNK_TASK,
-    RENDER_QUEUE,
     Enqueue,
 )
 from voicelane.core.callbacks import AllowList, master_secret, tenant_secret
+from voicelane.core.engines import ENGINE_NAMES, render_queue
 from voicelane.core.job_view import job_summary
 from voicelane.core.ledger import (
     ChunkPlan,
@@ -64,6 +64,7 @@ from voicelane.core.text_map import identity
 from voicelane.core.text_profiles import profile_for
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.callbacks import callback_client, post_callback
+from voicelane.workers.voice_clips import fetch_clip
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +116,14 @@ def prepare_job_text(
     text: str,
     settings: ServiceSettings,
     options: TextOptions = TextOptions(),  # noqa: B008
+    *,
+    engine: str | None = None,
 ) -> PreparedText:
-    """The job's text as the workers' engine will be given it (:func:`prepare_text`)."""
+    """The job's text as its engine (None: the settings') will be given it
+    (:func:`prepare_text`)."""
     return prepare_text(
         text,
-        profile=profile_for(settings.engine),
+        profile=profile_for(engine or settings.engine),
         options=options,
         max_segment_chars=settings.max_segment_chars,
     )
@@ -211,7 +215,10 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
     ledger.jobs.transition(job_id, JobState.PLANNING, only_from=waiting)
     try:
         prepared = prepare_job_text(
-            ledger.jobs.text(job_id), ctx.settings, job.options.text_options
+            ledger.jobs.text(job_id),
+            ctx.settings,
+            job.options.text_options,
+            engine=job.options.engine,
         )
     except InvalidInputError as error:  # checked at submission: only a changed engine gets here
         fail_job(ctx, job_id, _one_line(error))
@@ -221,27 +228,32 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
         fail_job(ctx, job_id, "text has nothing to speak (no letters or digits)")
         return 0
     ledger.jobs.set_warnings(job_id, prepared.warnings_json())
-    count_unspeakable(ctx.settings.engine, prepared.unspeakable_chars)
+    count_unspeakable(job.options.engine, prepared.unspeakable_chars)
     if not ledger.jobs.save_plan(job_id, chunks):
         return 0  # cancelled while planning
-    ledger.feed.schedule(job_id, job.tenant, len(chunks))
+    ledger.feed.schedule(job_id, job.tenant, len(chunks), engine=job.options.engine)
     log.info("job %s planned: %d chunks", job_id, len(chunks))
-    feed_render_queue(ctx)
+    feed_render_queue(ctx, job.options.engine)
     return len(chunks)
 
 
-def feed_render_queue(ctx: JobContext) -> int:
-    """Top the ``render`` queue up to ``render_queue_target`` waiting chunks, taken from the
-    tenants' lines in turn (:meth:`voicelane.core.ledger.feed.FairFeed.take`), so one tenant's
-    backlog never stands between another tenant's job and the GPUs. Called after planning,
-    after every chunk, and by the reconciler. Returns the chunks enqueued."""
-    room = ctx.settings.render_queue_target - ctx.ledger.queues.length(RENDER_QUEUE)
-    if room <= 0:
-        return 0
-    taken = ctx.ledger.feed.take(room)
-    for job_id, n in taken:
-        ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
-    return len(taken)
+def feed_render_queue(ctx: JobContext, engine: str | None = None) -> int:
+    """Top ``engine``'s render queue (None: every engine's) up to ``render_queue_target``
+    waiting chunks, taken from the tenants' lines in turn
+    (:meth:`voicelane.core.ledger.feed.FairFeed.take`), so one tenant's backlog never stands
+    between another tenant's job and the GPUs. Called after planning, after every chunk, and
+    by the reconciler. Returns the chunks enqueued."""
+    fed = 0
+    for name in ENGINE_NAMES if engine is None else (engine,):
+        queue = render_queue(name)
+        room = ctx.settings.render_queue_target - ctx.ledger.queues.length(queue)
+        if room <= 0:
+            continue
+        taken = ctx.ledger.feed.take(room, engine=name)
+        for job_id, n in taken:
+            ctx.enqueue(RENDER_CHUNK_TASK, job_id, n, queue=queue)
+        fed += len(taken)
+    return fed
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -346,14 +358,14 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
         ctx.enqueue(ASSEMBLE_TASK, job_id)
     elif outcome is CommitOutcome.INACTIVE:  # cancelled or failed meanwhile: drop the part
         ctx.storage.delete(key)
-    _feed_quietly(ctx)
+    _feed_quietly(ctx, job.options.engine)
     return outcome
 
 
-def _feed_quietly(ctx: JobContext) -> None:
+def _feed_quietly(ctx: JobContext, engine: str) -> None:
     """Feed the render queue after a chunk; a failure here is the reconciler's to catch up."""
     try:
-        feed_render_queue(ctx)
+        feed_render_queue(ctx, engine)
     except Exception:
         log.exception("could not feed the render queue")
 
@@ -362,6 +374,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
     from voicelane.workers.render import speech_at_rate
 
     assert ctx.batcher is not None
+    fetch_clip(job.options.speaker, ctx.ledger.voices)
     segments = segments_of(plan)
     deadline_s = ctx.batcher.clock() + ctx.settings.render_time_limit_s
     pieces = [
@@ -370,6 +383,8 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
             ctx.batcher,
             segments,
             voice=job.options.voice,
+            speaker=job.options.speaker,
+            seed=job.options.seed,
             speed=job.options.speed,
             sample_rate_hz=job.options.sample_rate_hz,
             pause_s=ctx.settings.paragraph_pause_s,

@@ -28,7 +28,14 @@ def batcher_families(batcher: Batcher) -> Iterable[GaugeMetricFamily]:
         "voicelane_max_batch", "The batcher's current max batch (halved on out-of-memory)"
     )
     max_batch.add_metric([], stats.effective_max_batch)
-    return [depth, busy, max_batch]
+    loaded = gauge(
+        "voicelane_engine_loaded",
+        "1 while the engine holds its weights, 0 once unloaded for idleness (it loads again on "
+        "the next request)",
+        ["engine"],
+    )
+    loaded.add_metric([batcher.engine.name], 1.0 if batcher.engine_loaded else 0.0)
+    return [depth, busy, max_batch, loaded]
 
 
 def slots_families(free: Callable[[], int], total: int) -> Iterable[GaugeMetricFamily]:

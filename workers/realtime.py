@@ -83,6 +83,7 @@ from voicelane.core.lane.messages import (
     now_ms,
 )
 from voicelane.core.lane.worker import RealtimeWorkerClient
+from voicelane.core.ledger.voices import Voices
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import RealtimeSettings
 from voicelane.core.speech_text import (
@@ -408,7 +409,7 @@ class Session:
             await self._append([OutputEvent.failure(DeadlineExceededError("deadline passed"))])
             return
         engine = self.batcher.engine
-        engine.validate(Utterance("check", request.voice, request.speed))
+        engine.validate(Utterance("check", request.voice, request.speed, speaker=request.speaker))
         out: _OpusOutput | _ByteOutput
         if request.encoding.packets:
             out = _OpusOutput(self.settings, resume, request.sample_rate_hz)
@@ -512,7 +513,12 @@ class Session:
         params: tuple[tuple[str, float | int | str], ...] = ()
         if voicing.pitch_semitones and profile_for(engine.name).pitch:
             params = (("pitch_semitones", voicing.pitch_semitones),)
-        return Utterance(seg.text, voicing.voice or request.voice, speed, params=params)
+        seed = request.seed
+        if voicing.voice:
+            return Utterance(seg.text, voicing.voice, speed, seed=seed, params=params)
+        return Utterance(
+            seg.text, request.voice, speed, seed=seed, params=params, speaker=request.speaker
+        )
 
     def _stream_ms(self) -> float:
         """Where the next sample delivered will be heard, on the stream's clock."""
@@ -718,6 +724,8 @@ class RealtimeConsumer:
         self.batcher = batcher
         self.lane = lane
         self.settings = settings
+        self.voices = Voices(lane.redis)
+        """The tenants' voices: where a clip voice's reference clip is fetched from."""
         self.closing = threading.Event()
         self._sessions: dict[str, Session] = {}
         self._alive_cache: tuple[tuple[str, str], ...] | None = None

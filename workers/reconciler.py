@@ -27,6 +27,7 @@ import time
 
 from voicelane.core import metrics
 from voicelane.core.batch_lane import ASSEMBLE_TASK, PLAN_TASK, RENDER_CHUNK_TASK
+from voicelane.core.engines import render_queue
 from voicelane.core.ledger import JobState
 from voicelane.workers.jobs import JobContext, feed_render_queue, sweep_expired_jobs
 
@@ -55,7 +56,9 @@ def reconcile_once(ctx: JobContext, *, now: float | None = None) -> int:
                 if ledger.chunks.lease_holder(job_id, n) is None and ledger.locks.requeue_once(
                     job_id, f"chunk:{n}", hold_s
                 ):
-                    ctx.enqueue(RENDER_CHUNK_TASK, job_id, n)
+                    ctx.enqueue(
+                        RENDER_CHUNK_TASK, job_id, n, queue=render_queue(job.options.engine)
+                    )
                     metrics.LEASE_TAKEOVERS.inc()
                     requeued += 1
         elif stalled and job.state in (JobState.QUEUED, JobState.PLANNING):

@@ -50,8 +50,12 @@ from voicelane.common.audio import (
     validate_sample_rate,
 )
 from voicelane.common.errors import DeadlineExceededError
+from voicelane.core.engines import engine_installed, split_voice
+from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings import EmbeddedSettings
+from voicelane.core.speakers import SpeakerDef
 from voicelane.core.speech_text import PreparedText, SpokenSegment, TextOptions, prepare_text
+from voicelane.core.text import contains_cjk
 from voicelane.core.text_profiles import profile_for
 from voicelane.core.word_timings import (
     MarkTiming,
@@ -96,19 +100,30 @@ class RenderResult:
         return self.duration_s / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
 
-def utterance_of(engine: Engine, segment: SpokenSegment, *, voice: str, speed: float) -> Utterance:
+def utterance_of(
+    engine: Engine,
+    segment: SpokenSegment,
+    *,
+    voice: str,
+    speed: float,
+    speaker: SpeakerDef | None = None,
+    seed: int | None = None,
+) -> Utterance:
     """The engine's utterance for a prepared segment: its SSML voice over the request's, its
     rate times the request's speed (within the engine's range), its pitch where the engine
-    renders pitch (``TextProfile.pitch``)."""
+    renders pitch (``TextProfile.pitch``). ``speaker``: the request's voice is a tenant's
+    voice or a mix (an SSML voice replaces it)."""
     voicing = segment.voicing
     if voicing.plain:
-        return Utterance(segment.text, voice, speed)
+        return Utterance(segment.text, voice, speed, seed=seed, speaker=speaker)
     caps = engine.capabilities()
     rate = min(caps.max_speed, max(caps.min_speed, speed * voicing.rate))
     params: tuple[tuple[str, float | int | str], ...] = ()
     if voicing.pitch_semitones and profile_for(engine.name).pitch:
         params = (("pitch_semitones", float(voicing.pitch_semitones)),)
-    return Utterance(segment.text, voicing.voice or voice, round(rate, 4), params=params)
+    if voicing.voice:
+        return Utterance(segment.text, voicing.voice, round(rate, 4), seed=seed, params=params)
+    return Utterance(segment.text, voice, round(rate, 4), seed=seed, params=params, speaker=speaker)
 
 
 def synthesize_segments(
@@ -121,6 +136,8 @@ def synthesize_segments(
     priority: Priority = Priority.BATCH,
     deadline_s: float | None = None,
     group: str = "",
+    speaker: SpeakerDef | None = None,
+    seed: int | None = None,
 ) -> Iterator[TimedAudio]:
     """Each segment's audio at the engine's rate, with its word events, in order, at most
     ``window`` in flight.
@@ -141,7 +158,9 @@ def synthesize_segments(
 
     try:
         for segment in segments:
-            utterance = utterance_of(engine, segment, voice=voice, speed=speed)
+            utterance = utterance_of(
+                engine, segment, voice=voice, speed=speed, speaker=speaker, seed=seed
+            )
             pending.append(
                 batcher.submit_timed(
                     utterance, priority=priority, deadline_s=deadline_s, group=group
@@ -220,6 +239,8 @@ def speech_at_rate(
     speed: float,
     sample_rate_hz: int,
     pause_s: float,
+    speaker: SpeakerDef | None = None,
+    seed: int | None = None,
     pause_after_last: bool = False,
     after_break: bool = False,
     window: int = 256,
@@ -244,6 +265,8 @@ def speech_at_rate(
         batcher,
         segments,
         voice=voice,
+        speaker=speaker,
+        seed=seed,
         speed=speed,
         window=window,
         priority=priority,
@@ -301,13 +324,51 @@ def speech_at_rate(
     yield len(segments), final
 
 
+AUTO_ENGINE = "auto"
+"""The embedded default engine: chosen per text (:func:`embedded_engine`)."""
+ENGLISH_ENGINE_PREFERENCE = ("piper", "espeak")
+"""Which engine ``auto`` picks for a text without Chinese characters, first installed first:
+Piper's neural voice is intelligible where espeak is barely (docs/benchmarks.md, "issue 21:
+engines": word error rate 0.1 against 0.8 on the same sentences)."""
+CJK_ENGINE = "espeak"
+"""...and for a text with Chinese characters (the CPU engine with a Mandarin voice)."""
+
+
+def embedded_engine(
+    engine: str, voice: str | None, text: str, settings: EmbeddedSettings | None = None
+) -> tuple[str, str | None]:
+    """The engine an embedded render uses, and the voice for it: a voice that names its
+    engine (``piper:en_US-joe-medium``) picks it; else ``engine``, where ``auto`` means the
+    installed engine of :data:`ENGLISH_ENGINE_PREFERENCE` that has the voice (``en-gb``:
+    espeak), and for ``auto`` voices Piper for a text without Chinese characters when it is
+    installed, espeak otherwise."""
+    named, local = split_voice(voice) if voice else (None, None)
+    if named is not None:
+        return named, local
+    if engine != AUTO_ENGINE:
+        return engine, voice
+    installed = [name for name in ENGLISH_ENGINE_PREFERENCE if engine_installed(name)]
+    if voice and voice != DEFAULT_VOICE:
+        for name in installed:
+            built = create_engine(name, piper=settings.piper if settings else None)
+            if voice in built.capabilities().voice_ids:
+                return name, voice
+        return installed[0], voice  # unknown to all: refused by the first, naming it
+    if contains_cjk(text):
+        return CJK_ENGINE, voice
+    return installed[0], voice
+
+
 class EmbeddedRenderer:
     """One engine + one batcher in this process; renders text to files."""
 
     def __init__(self, settings: EmbeddedSettings, engine: Engine | None = None):
+        """``settings.engine`` ``auto``: the engine ``auto`` picks for English text (the
+        command line picks by the text: :func:`embedded_engine`)."""
         self.settings = settings
+        name, _ = embedded_engine(settings.engine, None, "")
         self.engine = engine or create_engine(
-            settings.engine, device=settings.device, chattts=settings.chattts
+            name, device=settings.device, chattts=settings.chattts, piper=settings.piper
         )
         self.batcher = Batcher(self.engine, self.settings.batcher, name="embedded")
         self.batcher.start()

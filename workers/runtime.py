@@ -24,6 +24,7 @@ from celery.signals import worker_ready
 
 from voicelane.core import metrics
 from voicelane.core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
+from voicelane.core.engines import render_queue
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.ledger import Ledger
 from voicelane.core.settings import WorkerSettings
@@ -69,18 +70,45 @@ def start_worker_process(
     )
     jobs.leases = LeaseKeeper(ledger, settings.lease_ttl_s)
     process = WorkerProcess(jobs)
-    if RENDER_QUEUE in queues:
+    if render_queue(settings.engine) in queues:
         from voicelane.workers.engines import create_engine
 
-        engine = create_engine(settings.engine, device=settings.device, chattts=settings.chattts)
-        jobs.batcher = Batcher(engine, settings.batcher, name=f"batcher-{name}").start()
-        lane = RealtimeWorkerClient.from_url(settings.redis_url, name, settings.realtime)
+        engine = create_engine(
+            settings.engine, device=settings.device, chattts=settings.chattts, piper=settings.piper
+        )
+        jobs.batcher = Batcher(
+            engine,
+            settings.batcher,
+            name=f"batcher-{name}",
+            idle_unload_s=settings.idle_unload_s,
+        ).start()
+        lane = RealtimeWorkerClient.from_url(
+            settings.redis_url, name, settings.realtime, engine=engine.name
+        )
         lane.publish_capabilities(engine.capabilities())
         if settings.realtime_enabled:
             process.realtime = RealtimeConsumer(jobs.batcher, lane, settings.realtime).start()
     if CONTROL_QUEUE in queues:
         process.reconciler = Reconciler(jobs).start()
     return process
+
+
+def worker_queues(settings: WorkerSettings) -> list[str]:
+    """The Celery queues of ``settings.queues``: ``render`` is the render queue of the
+    worker's engine (``render.piper``), the only one it may take."""
+    queues = []
+    for given in settings.queues.split(","):
+        name = render_queue(settings.engine) if given.strip() == RENDER_QUEUE else given.strip()
+        if name and name not in queues:
+            queues.append(name)
+    allowed = {CONTROL_QUEUE, render_queue(settings.engine), ASSEMBLE_QUEUE}
+    unknown = set(queues) - allowed
+    if unknown:
+        raise ValueError(
+            f"unknown queues: {', '.join(sorted(unknown))} (a {settings.engine} worker takes "
+            f"{', '.join(sorted(allowed))}, or render)"
+        )
+    return queues
 
 
 def default_concurrency(jobs: JobContext) -> int:
@@ -109,11 +137,8 @@ def run_worker(settings: WorkerSettings, *, hostname: str | None = None) -> int:
     """Run a Celery worker (threads pool) on ``settings.queues`` until it is stopped."""
     from voicelane.workers import tasks  # noqa: F401 - registers the tasks
 
-    queues = [q.strip() for q in settings.queues.split(",") if q.strip()]
-    unknown = set(queues) - {CONTROL_QUEUE, RENDER_QUEUE, ASSEMBLE_QUEUE}
-    if unknown:
-        raise ValueError(f"unknown queues: {', '.join(sorted(unknown))}")
-    kind = "gpu" if RENDER_QUEUE in queues else "cpu"
+    queues = worker_queues(settings)
+    kind = "gpu" if render_queue(settings.engine) in queues else "cpu"
     name = hostname or f"{kind}-{os.getpid()}@{socket.gethostname()}"
     if kind == "gpu" and settings.gil_switch_interval_s:
         # Real-time sessions wake up for I/O and must get the GIL back quickly from the

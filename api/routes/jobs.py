@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from voicelane.api.deps import ApiState, State, Tenant, blocking, json_body
 from voicelane.api.routes.callbacks import check_callback
+from voicelane.api.routes.voices import tenant_voice_list
 from voicelane.common.audio import AudioFormat, format_from_name
 from voicelane.common.audio.files import allowed_sample_rates
 from voicelane.common.errors import (
@@ -25,9 +26,15 @@ from voicelane.common.errors import (
     UnsupportedFormatError,
     UnsupportedMediaTypeError,
 )
+from voicelane.core.engines import qualified
 from voicelane.core.job_view import job_summary
 from voicelane.core.ledger import Job, JobOptions, JobState
-from voicelane.core.rules import EngineCapabilities, check_speech_options, check_speech_text
+from voicelane.core.rules import (
+    EngineCapabilities,
+    check_seed,
+    check_speech_options,
+    check_speech_text,
+)
 from voicelane.core.settings import ApiSettings
 from voicelane.core.speech_text import TextOptions, prepare_text
 from voicelane.core.text_input import check_encodable, decode_text
@@ -64,6 +71,11 @@ class JobRequest(BaseModel):
         None,
         description="The tenant's pronunciation lexicons to apply (a list, or comma-separated "
         "in a form); unset: the tenant's default lexicon; empty: none.",
+    )
+    seed: int | None = Field(
+        None,
+        description="The sampling seed of an engine that samples (ChatTTS): the same voice, "
+        "text and seed give the same audio; unset: a fresh draw.",
     )
 
     @field_validator("lexicons", mode="before")
@@ -131,17 +143,42 @@ async def cancel_job(job_id: str, state: State, tenant: Tenant) -> JSONResponse:
     return JSONResponse(await blocking(state, _job_view, state, job))
 
 
-@router.get("/v1/voices", summary="The voices of the workers' engine")
+@router.get("/v1/voices", summary="The voices of every engine served, and the tenant's own")
 async def voices(state: State, tenant: Tenant) -> JSONResponse:
-    capabilities = await state.engines.capabilities()
+    default = await state.engines.capabilities()
+    engines = await state.engines.published()
     return JSONResponse(
         {
-            "engine": capabilities.engine,
-            "voices": sorted(capabilities.voice_ids),
-            "speed": {"min": capabilities.min_speed, "max": capabilities.max_speed},
-            "seed_voices": capabilities.seed_voices,
+            "engine": default.engine,
+            "voices": sorted(default.voice_ids),
+            "speed": {"min": default.min_speed, "max": default.max_speed},
+            "seed_voices": default.seed_voices,
+            "engines": [engine_view(caps) for caps in engines],
+            "custom": await tenant_voice_list(state, tenant),
         }
     )
+
+
+def engine_view(caps: EngineCapabilities) -> dict[str, Any]:
+    """One engine in the voice list: its voices by the ids that name them anywhere
+    (``piper:en_US-joe-medium``) and what its requests may ask."""
+    return {
+        "engine": caps.engine,
+        "sample_rate_hz": caps.sample_rate_hz,
+        "speed": {"min": caps.min_speed, "max": caps.max_speed},
+        "seed_voices": caps.seed_voices,
+        "word_timings": caps.word_timings,
+        "voice_kinds": list(caps.voice_kinds),
+        "voices": [
+            {
+                "id": qualified(caps.engine, v.id),
+                "name": v.name,
+                "languages": list(v.languages),
+                "gender": v.gender,
+            }
+            for v in sorted(caps.voices, key=lambda v: v.id)
+        ],
+    }
 
 
 # ---- checks --------------------------------------------------------------------------------
@@ -198,18 +235,20 @@ async def _check_job(
     settings = state.settings
     text = check_speech_text(body.text, max_chars=settings.max_text_chars, field=text_field)
     fmt = _format(body.format)
-    caps = await state.engines.capabilities()
+    voice = await state.streams.resolve_voice(tenant, body.voice, text=text)
+    caps = voice.caps
     text_options = await state.streams.text_options.resolve(
         tenant, normalize=body.normalize, ssml=body.ssml, lexicons=body.lexicons
     )
     await blocking(state, _check_text, text, text_options, caps, settings, text_field)
     options = check_speech_options(
         caps,
-        voice=body.voice,
+        voice=voice.voice,
         speed=body.speed,
         sample_rate_hz=body.sample_rate_hz,
         allowed_rates=allowed_sample_rates(fmt),
         encoding=fmt.value,
+        custom_voice=voice.speaker is not None,
     )
     callback = await check_callback(settings, body.callback_url)
     job_options = JobOptions(
@@ -219,6 +258,10 @@ async def _check_job(
         speed=options.speed,
         callback_url=callback,
         text_options=text_options,
+        engine=voice.engine,
+        speaker=voice.speaker,
+        requested_voice=voice.requested if voice.requested != options.voice else "",
+        seed=check_seed(body.seed),
     )
     return job_options, text
 

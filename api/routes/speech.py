@@ -125,6 +125,8 @@ class WebSocketRequest(BaseModel):
     normalize: bool = True
     ssml: bool | None = None
     lexicons: list[str] | None = None
+    seed: int | None = None
+    """The sampling seed (ChatTTS): the same voice, text and seed give the same audio."""
 
 
 @router.websocket("/v1/stream")
@@ -173,6 +175,7 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
             normalize=body.normalize,
             ssml=body.ssml,
             lexicons=None if body.lexicons is None else tuple(body.lexicons),
+            seed=body.seed,
         )
         if (body.text is None) == (body.messages is None):
             raise InvalidInputError("send either text or messages (a chat)", field="text")
@@ -291,6 +294,11 @@ class SpeechRequest(BaseModel):
         description="voicelane extension: the tenant's pronunciation lexicons to apply; "
         "unset: its default lexicon; []: none.",
     )
+    seed: int | None = Field(
+        None,
+        description="voicelane extension: the sampling seed (ChatTTS): the same voice, text "
+        "and seed give the same audio; unset: a fresh draw.",
+    )
 
 
 @router.post(
@@ -317,6 +325,7 @@ async def openai_speech(request: Request, state: State, tenant: Tenant) -> Strea
         normalize=body.normalize,
         ssml=body.ssml,
         lexicons=None if body.lexicons is None else tuple(body.lexicons),
+        seed=body.seed,
     )
     stream = await state.streams.synthesize(tenant, body.input, ask, text_field="input")
     return StreamingResponse(

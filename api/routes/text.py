@@ -28,7 +28,11 @@ class TextRequest(BaseModel):
 
     text: str = Field(description="The text (or SSML) to read.")
     engine: str | None = Field(
-        None, description="Whose alphabet: espeak or chattts; unset: the workers' engine."
+        None,
+        description="Whose alphabet: espeak, piper or chattts; unset: the voice's engine.",
+    )
+    voice: str | None = Field(
+        None, description="The voice a request would name; its engine is the alphabet."
     )
     normalize: bool = Field(True, description="As on every front (docs/text.md).")
     ssml: bool | None = Field(None, description="As on every front (docs/ssml.md).")
@@ -41,7 +45,9 @@ class TextRequest(BaseModel):
 async def show_text(body: TextRequest, state: State, tenant: Tenant) -> JSONResponse:
     settings = state.settings
     text = check_speech_text(body.text, max_chars=settings.max_text_chars)
-    engine = body.engine or (await state.engines.capabilities()).engine
+    engine = (
+        body.engine or (await state.streams.resolve_voice(tenant, body.voice, text=text)).engine
+    )
     if engine not in PROFILES:
         raise InvalidInputError(
             f"engine {engine!r} is unknown; one of {', '.join(sorted(PROFILES))}",

@@ -19,18 +19,18 @@ import redis.asyncio as aredis
 from voicelane.core.lane.keys import (
     GROUP,
     HOLD_TENANT_SLOT,
-    REQUESTS,
     WAKE_TTL_S,
-    WORKERS,
     cancel_key,
     capabilities_key,
     heartbeat_key,
     input_key,
     output_key,
     owner_key,
+    requests_key,
     tenant_key,
     tenant_streams_key,
     wake_key,
+    workers_key,
 )
 from voicelane.core.lane.messages import (
     CapacityReport,
@@ -117,14 +117,15 @@ class RealtimeClient:
         return mine and bool(has_output or queued), bool(has_output)
 
     async def submit(self, request: StreamRequest, text: str | None = None) -> None:
-        """Queue the request; with ``text`` (Synthesize) its whole input goes in at once."""
+        """Queue the request on its engine's stream; with ``text`` (Synthesize) its whole
+        input goes in at once."""
         pipe = self.redis.pipeline(transaction=True)
         key = input_key(request.request_id)
         if text is not None:
             pipe.xadd(key, cast(Any, InputPiece(InputKind.TEXT, text).to_fields()))
             pipe.xadd(key, cast(Any, InputPiece(InputKind.END).to_fields()))
         pipe.expire(key, int(self.settings.output_ttl_s) + 60)
-        pipe.xadd(REQUESTS, cast(Any, request.to_fields()))
+        pipe.xadd(requests_key(request.engine), cast(Any, request.to_fields()))
         await pipe.execute()
 
     async def send_input(self, request_id: str, piece: InputPiece) -> None:
@@ -187,8 +188,9 @@ class RealtimeClient:
     async def heartbeat_alive(self, request_id: str) -> bool:
         return bool(await self.redis.exists(heartbeat_key(request_id)))
 
-    async def capacity(self) -> int:
-        """Free real-time slots of live workers minus requests not yet picked up.
+    async def capacity(self, engine: str) -> int:
+        """Free real-time slots of ``engine``'s live workers minus its requests not yet
+        picked up.
 
         Only facts that survive a Redis restart count: the workers' fresh capacity reports
         and the entries past the group's last delivered id. (The group's ``lag`` does not:
@@ -196,7 +198,7 @@ class RealtimeClient:
         AOF rewrite, and the lag stays high on an empty stream — it would refuse every
         stream forever.)
         """
-        raw = cast(dict[bytes, bytes], await self.redis.hgetall(WORKERS))
+        raw = cast(dict[bytes, bytes], await self.redis.hgetall(workers_key(engine)))
         fresh_after = time.time() - self.settings.worker_ttl_s
         free = 0
         for value in raw.values():
@@ -205,7 +207,7 @@ class RealtimeClient:
                 free += report.free
         if free <= 0:
             return free
-        return free - await self._backlog(limit=free)
+        return free - await self._backlog(engine, limit=free)
 
     async def capabilities(self, engine: str) -> EngineCapabilities | None:
         """What the workers of ``engine`` published; None if none did yet. Raises ValueError
@@ -216,16 +218,17 @@ class RealtimeClient:
     async def ping(self) -> None:
         await self.redis.ping()
 
-    async def _backlog(self, *, limit: int) -> int:
+    async def _backlog(self, engine: str, *, limit: int) -> int:
         """Requests queued but not yet delivered to a worker, counted up to ``limit``."""
+        requests = requests_key(engine)
         try:
-            groups = await self.redis.xinfo_groups(REQUESTS)
+            groups = await self.redis.xinfo_groups(requests)
         except redis.ResponseError:
             return 0
         for group in groups:
             if group.get("name") in (GROUP, GROUP.encode()):
                 last = group.get("last-delivered-id", b"0-0")
                 last_id = last.decode() if isinstance(last, bytes) else str(last)
-                waiting = await self.redis.xrange(REQUESTS, min=f"({last_id}", count=limit)
+                waiting = await self.redis.xrange(requests, min=f"({last_id}", count=limit)
                 return len(waiting or [])
         return 0  # no group: no worker ever started (and none reports capacity)

@@ -28,7 +28,7 @@ from voicelane.core.lua import read_script
 
 PREFIX = "vl:rt:"
 GROUP = "workers"
-"""The consumer group of the GPU workers on :data:`REQUESTS`."""
+"""The consumer group of an engine's workers on its request stream (:data:`REQUESTS_KEY`)."""
 OUTPUT_MAXLEN = 100_000
 """Output entries kept per request (an entry holds up to a few hundred ms of audio)."""
 WAKE_TTL_S = 30
@@ -68,9 +68,9 @@ class LaneKey:
 
 
 REQUESTS_KEY = LaneKey(
-    f"{PREFIX}requests",
+    f"{PREFIX}requests:{{engine}}",
     "stream",
-    "one StreamRequest per entry; consumer group `workers` (the GPU workers)",
+    "one StreamRequest per entry for one engine; consumer group `workers` (that engine's workers)",
     "trimmed by MINID below the oldest pending entry, never by MAXLEN",
     "front",
 )
@@ -124,9 +124,10 @@ TENANT_STREAMS_KEY = LaneKey(
     "front",
 )
 WORKERS_KEY = LaneKey(
-    f"{PREFIX}workers",
+    f"{PREFIX}workers:{{engine}}",
     "hash",
-    "worker -> CapacityReport JSON (free slots, unix time): admission control",
+    "worker -> CapacityReport JSON (free slots, unix time) of one engine's workers: "
+    "admission control",
     "none; a report older than `worker_ttl_s` counts as none; removed when the worker stops",
     "worker",
 )
@@ -160,9 +161,6 @@ KEYS: tuple[LaneKey, ...] = (
 )
 """Every key family of the lane (the table of the module docstring)."""
 
-REQUESTS = REQUESTS_KEY.pattern
-WORKERS = WORKERS_KEY.pattern
-
 
 def family(key: str) -> LaneKey | None:
     """The family ``key`` belongs to, or None if the lane builds no such key."""
@@ -170,6 +168,8 @@ def family(key: str) -> LaneKey | None:
 
 
 # The builders: a family's key for one request (tenant, reader, engine).
+requests_key = REQUESTS_KEY.key
+workers_key = WORKERS_KEY.key
 input_key = INPUT_KEY.key
 output_key = OUTPUT_KEY.key
 cancel_key = CANCEL_KEY.key

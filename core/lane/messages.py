@@ -24,6 +24,7 @@ from typing import Any
 
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import VoicelaneError, WireError
+from voicelane.core.speakers import SpeakerDef
 from voicelane.core.speech_text import TextOptions
 from voicelane.core.word_timings import MarkTiming, WordTiming
 
@@ -79,10 +80,23 @@ class StreamRequest:
     submitted_ms: int = field(default_factory=now_ms)
     text_options: TextOptions = TextOptions()  # noqa: RUF009 - frozen, shared default
     """How the text is read (whether it is normalized)."""
+    engine: str = "espeak"
+    """The engine whose workers serve it (the front resolved the voice to it): the request
+    went to that engine's stream."""
+    speaker: SpeakerDef | None = None
+    """A tenant's voice or a mix, resolved at submission (``voice`` is then
+    ``custom:<digest>``)."""
+    seed: int | None = None
+    """The sampling seed of every sentence (engines that sample); None: a fresh draw."""
 
     def to_fields(self) -> dict[str, str]:
+        speaker = {} if self.speaker is None else {"speaker": self.speaker.to_json()}
+        seed = {} if self.seed is None else {"seed": str(self.seed)}
         return {
             **self.text_options.to_fields(),
+            **speaker,
+            **seed,
+            "engine": self.engine,
             "request_id": self.request_id,
             "tenant": self.tenant,
             "voice": self.voice,
@@ -112,6 +126,9 @@ class StreamRequest:
             paced=f.get("paced", "1") != "0",
             submitted_ms=int(f.get("submitted_ms", "0")),
             text_options=TextOptions.from_fields(f),
+            engine=f.get("engine", "espeak"),
+            speaker=SpeakerDef.from_json(f["speaker"]) if "speaker" in f else None,
+            seed=int(f["seed"]) if "seed" in f else None,
         )
 
     @property

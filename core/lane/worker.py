@@ -28,14 +28,14 @@ from voicelane.core.lane.keys import (
     APPEND_IF_OWNER,
     GROUP,
     OUTPUT_MAXLEN,
-    REQUESTS,
-    WORKERS,
     cancel_key,
     capabilities_key,
     heartbeat_key,
     input_key,
     output_key,
     owner_key,
+    requests_key,
+    workers_key,
 )
 from voicelane.core.lane.messages import (
     CapacityReport,
@@ -147,22 +147,24 @@ class WorkerBatch:
         commands = 1
         if sessions:
             entry_ids: list[Any] = [entry_id for entry_id, _ in sessions]
-            self._pipe.xclaim(REQUESTS, GROUP, consumer, 0, entry_ids, justid=True)
+            self._pipe.xclaim(self._lane.requests, GROUP, consumer, 0, entry_ids, justid=True)
             commands += 1
         for _, request_id in sessions:
             self._pipe.set(heartbeat_key(request_id), consumer, px=ttl_ms)
         commands += len(sessions)
-        self._pipe.hset(WORKERS, consumer, CapacityReport(free_slots).to_json())
+        self._pipe.hset(self._lane.workers, consumer, CapacityReport(free_slots).to_json())
         self._add(commands, lambda _: None)
 
     def report_capacity(self, free_slots: int) -> None:
-        self._pipe.hset(WORKERS, self._lane.consumer, CapacityReport(free_slots).to_json())
+        self._pipe.hset(
+            self._lane.workers, self._lane.consumer, CapacityReport(free_slots).to_json()
+        )
         self._add(1, lambda _: None)
 
     def finish(self, entry_id: str, request_id: str) -> None:
         """Ack the request and drop its session keys (the request stream is trimmed apart:
         :meth:`RealtimeWorkerClient.trim`)."""
-        self._pipe.xack(REQUESTS, GROUP, entry_id)
+        self._pipe.xack(self._lane.requests, GROUP, entry_id)
         self._pipe.delete(heartbeat_key(request_id), input_key(request_id))
         self._add(2, lambda _: None)
 
@@ -207,17 +209,31 @@ class RealtimeWorkerClient:
     (:meth:`batch`), trim, report capacity, publish its engine's capabilities."""
 
     def __init__(
-        self, client: redis.Redis, consumer: str, settings: RealtimeSettings | None = None
+        self,
+        client: redis.Redis,
+        consumer: str,
+        settings: RealtimeSettings | None = None,
+        *,
+        engine: str = "espeak",
     ) -> None:
         self.redis = client
         self.consumer = consumer
         self.settings = settings or RealtimeSettings()
+        self.engine = engine
+        """The engine this worker runs: it serves that engine's stream only."""
+        self.requests = requests_key(engine)
+        self.workers = workers_key(engine)
 
     @classmethod
     def from_url(
-        cls, url: str, consumer: str, settings: RealtimeSettings | None = None
+        cls,
+        url: str,
+        consumer: str,
+        settings: RealtimeSettings | None = None,
+        *,
+        engine: str = "espeak",
     ) -> RealtimeWorkerClient:
-        return cls(sync_client(url, socket_timeout_s=10.0), consumer, settings)
+        return cls(sync_client(url, socket_timeout_s=10.0), consumer, settings, engine=engine)
 
     def batch(self) -> WorkerBatch:
         """An empty batch of session calls: the one way a worker reads and writes sessions."""
@@ -225,14 +241,14 @@ class RealtimeWorkerClient:
 
     def ensure_group(self) -> None:
         try:
-            self.redis.xgroup_create(REQUESTS, GROUP, id="0", mkstream=True)
+            self.redis.xgroup_create(self.requests, GROUP, id="0", mkstream=True)
         except redis.ResponseError as error:
             if "BUSYGROUP" not in str(error):
                 raise
 
     def claim_new(self, count: int, block_ms: int) -> list[tuple[str, StreamRequest]]:
         reply = self.redis.xreadgroup(
-            GROUP, self.consumer, {REQUESTS: ">"}, count=count, block=block_ms
+            GROUP, self.consumer, {self.requests: ">"}, count=count, block=block_ms
         )
         return [(i, StreamRequest.from_fields(f)) for i, f in stream_entries(reply)]
 
@@ -240,23 +256,23 @@ class RealtimeWorkerClient:
         """Requests whose worker stopped refreshing them (died): take them over."""
         min_idle_ms = int(self.settings.reclaim_idle_s * 1000)
         reply = self.redis.xautoclaim(
-            REQUESTS, GROUP, self.consumer, min_idle_ms, start_id="0-0", count=count
+            self.requests, GROUP, self.consumer, min_idle_ms, start_id="0-0", count=count
         )
         entries = reply[1] if len(reply) > 1 else []
         claimed = []
         for entry_id, fields in entries:
             if fields is None:  # deleted meanwhile
-                self.redis.xack(REQUESTS, GROUP, entry_id)
+                self.redis.xack(self.requests, GROUP, entry_id)
                 continue
             claimed.append((entry_id.decode(), StreamRequest.from_fields(fields)))
         return claimed
 
     def trim(self) -> None:
         """Trim the request stream below the oldest pending entry (never pending work)."""
-        summary = self.redis.xpending(REQUESTS, GROUP)
+        summary = self.redis.xpending(self.requests, GROUP)
         oldest = summary.get("min")
         if oldest is None:
-            info = self.redis.xinfo_groups(REQUESTS)
+            info = self.redis.xinfo_groups(self.requests)
             last = next(
                 (
                     g.get("last-delivered-id")
@@ -271,23 +287,26 @@ class RealtimeWorkerClient:
             oldest = _next_id(last.decode() if isinstance(last, bytes) else str(last))
         else:
             oldest = oldest.decode() if isinstance(oldest, bytes) else str(oldest)
-        self.redis.xtrim(REQUESTS, minid=oldest, approximate=False)
+        self.redis.xtrim(self.requests, minid=oldest, approximate=False)
 
     def report_capacity(self, free_slots: int) -> None:
         """Report the free slots now (a worker starting; later reports go in its rounds)."""
-        self.redis.hset(WORKERS, self.consumer, CapacityReport(free_slots).to_json())
+        self.redis.hset(self.workers, self.consumer, CapacityReport(free_slots).to_json())
 
     def withdraw(self) -> None:
-        self.redis.hdel(WORKERS, self.consumer)
+        self.redis.hdel(self.workers, self.consumer)
 
     def publish_capabilities(self, capabilities: EngineCapabilities) -> None:
         """What this worker's engine accepts, for the fronts' request rules."""
         self.redis.set(capabilities_key(capabilities.engine), capabilities.to_json())
 
 
-def reporting_workers(client: redis.Redis) -> int:
-    """How many workers report real-time capacity (fresh or not): for readiness waits."""
-    return int(client.hlen(WORKERS))
+def reporting_workers(client: redis.Redis, engine: str | None = None) -> int:
+    """How many workers of ``engine`` (None: of every engine) report real-time capacity
+    (fresh or not): for readiness waits."""
+    if engine is not None:
+        return int(client.hlen(workers_key(engine)))
+    return sum(int(client.hlen(key)) for key in client.scan_iter(match=workers_key("*")))
 
 
 def _next_id(entry_id: str) -> str:

@@ -12,6 +12,7 @@ of each, so a process passes one object around:
 ``ledger.retention`` cleanup of a final job's data, and forgetting old jobs (:mod:`.retention`)
 ``ledger.queues``    Celery's queue lengths (:mod:`.queues`)
 ``ledger.lexicons``  the tenants' pronunciation lexicons and their defaults (:mod:`.lexicons`)
+``ledger.voices``    the tenants' voices and their reference clips (:mod:`.voices`)
 ===================  =====================================================================
 
 The tenants' queued-characters quota is :mod:`.queued_chars` (used by ``jobs.create``); every
@@ -34,6 +35,7 @@ from voicelane.core.ledger.queued_chars import QueuedChars
 from voicelane.core.ledger.queues import CeleryQueues
 from voicelane.core.ledger.records import ChunkPlan, Job, JobOptions, JobState
 from voicelane.core.ledger.retention import Retention
+from voicelane.core.ledger.voices import Voices
 from voicelane.core.redis_clients import sync_client
 
 __all__ = [
@@ -63,6 +65,7 @@ class Ledger:
         self.retention = Retention(client)
         self.queues = CeleryQueues(client)
         self.lexicons = Lexicons(client)
+        self.voices = Voices(client)
 
     @classmethod
     def from_url(cls, url: str, *, socket_timeout_s: float = 10.0) -> Ledger:

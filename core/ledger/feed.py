@@ -1,9 +1,11 @@
 """The fair feed of the render queue: tenants take turns.
 
 A planned job's chunks wait as ``{job_id}:{n}`` references in their tenant's line; tenants
-with waiting chunks form a ring. Taking work rotates the ring and takes one reference per
-tenant per turn, so tenants alternate whatever their backlog; references of jobs that stopped
-rendering (cancelled, failed) are dropped on the way, at no cost. The worker side
+with waiting chunks form a ring. Each engine has its own lines and ring (its own render
+queue is fed from them), so a backlog for one engine never holds up another's workers.
+Taking work rotates the ring and takes one reference per tenant per turn, so tenants
+alternate whatever their backlog; references of jobs that stopped rendering (cancelled,
+failed) are dropped on the way, at no cost. The worker side
 (:func:`voicelane.workers.jobs.feed_render_queue`) decides how much to take.
 """
 
@@ -23,21 +25,23 @@ class FairFeed:
         self._schedule = register(client, "feed_schedule")
         self._take = register(client, "feed_take")
 
-    def schedule(self, job_id: str, tenant: str, chunks: int) -> None:
-        """Put the job's chunks in line behind its tenant's other waiting chunks."""
+    def schedule(self, job_id: str, tenant: str, chunks: int, *, engine: str) -> None:
+        """Put the job's chunks in line behind its tenant's other waiting chunks for
+        ``engine``."""
         self._schedule(
-            keys=[FEED_LINE.key(tenant), FEED_RING.key(), FEED_TENANTS.key()],
+            keys=[FEED_LINE.key(engine, tenant), FEED_RING.key(engine), FEED_TENANTS.key(engine)],
             args=[job_id, chunks, tenant],
         )
 
-    def take(self, count: int) -> list[tuple[str, int]]:
-        """Up to ``count`` waiting chunks, one per tenant in turn (round robin); each is
-        marked dispatched. Chunks of jobs no longer rendering are dropped on the way."""
+    def take(self, count: int, *, engine: str) -> list[tuple[str, int]]:
+        """Up to ``count`` chunks waiting for ``engine``, one per tenant in turn (round
+        robin); each is marked dispatched. Chunks of jobs no longer rendering are dropped on
+        the way."""
         refs = cast(
             list[bytes],
             self._take(
-                keys=[FEED_RING.key(), FEED_TENANTS.key()],
-                args=[count, *FEED_LINE.around(), *JOB.around(), *DISPATCHED.around()],
+                keys=[FEED_RING.key(engine), FEED_TENANTS.key(engine)],
+                args=[count, *FEED_LINE.around(engine), *JOB.around(), *DISPATCHED.around()],
             ),
         )
         taken = []

@@ -39,6 +39,7 @@ from voicelane.core.ledger.records import (
     one_line,
     text_of,
 )
+from voicelane.core.speakers import SpeakerDef
 from voicelane.core.speech_text import TEXT_OPTION_FIELDS, TextOptions
 
 ERROR_CHARS = 500
@@ -98,6 +99,10 @@ class Jobs:
             "sample_rate_hz": options.sample_rate_hz,
             "speed": options.speed,
             "callback_url": options.callback_url or "",
+            "engine": options.engine,
+            "requested_voice": options.requested_voice,
+            **({"seed": options.seed} if options.seed is not None else {}),
+            **({"speaker": options.speaker.to_json()} if options.speaker else {}),
             "characters": len(text),
             "created_at": now,
             "updated_at": now,
@@ -262,6 +267,10 @@ def decode_job(raw: Mapping[bytes, bytes], attempts: int) -> Job:
             text_options=TextOptions.from_fields(
                 {k: v for k in _TEXT_FIELDS if (v := get(k)) is not None}
             ),
+            engine=get("engine") or "espeak",
+            speaker=SpeakerDef.from_json(speaker) if (speaker := get("speaker")) else None,
+            requested_voice=get("requested_voice") or "",
+            seed=int(seed) if (seed := get("seed")) else None,
         ),
         warnings=tuple(json.loads(get("warnings") or "[]")),
         characters=int(number("characters") or 0),

@@ -30,10 +30,13 @@ PLACEHOLDERS = {
     "n": r"\d+",
     "tenant": r"[^:]+",
     "what": r"plan|assemble|chunk:\d+",
-    "queue": r"[a-z]+",
+    "queue": r"[a-z]+(?:\.[a-z]+)?",
+    "engine": r"[a-z]+",
+    "sha256": r"[0-9a-f]{64}",
 }
 """What each placeholder of a pattern may hold (job ids are uuid4 hex; chunk numbers count
-from 0; a tenant has no colon; a requeue hold is for ``plan``, ``assemble`` or ``chunk:{n}``)."""
+from 0; a tenant has no colon; a requeue hold is for ``plan``, ``assemble`` or ``chunk:{n}``;
+a voice clip is named by its SHA-256)."""
 
 
 class Lifetime(enum.StrEnum):
@@ -49,8 +52,9 @@ class Lifetime(enum.StrEnum):
     SHARED = "shared"
     """Not one job's: its members come and go; Redis drops it when it is empty."""
     KEPT = "kept"
-    """A tenant's own data (its pronunciation lexicons): no TTL, untouched by cleanup and
-    retention; it lives until the tenant deletes it (Redis drops a hash when it is empty)."""
+    """A tenant's own data (its pronunciation lexicons, its voices): no TTL, untouched by
+    cleanup and retention; it lives until the tenant deletes it (Redis drops a hash when it
+    is empty)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +89,13 @@ class Family:
             raise TypeError(f"{self.pattern} takes {len(self.placeholders)} values")
         return self.pattern.format(**dict(zip(self.placeholders, map(str, values), strict=True)))
 
-    def around(self) -> tuple[str, str]:
-        """The text before and after the pattern's one placeholder (for a Lua script that
-        builds the key from a value it reads: ``head .. value .. tail``)."""
-        if len(self.placeholders) != 1:
-            raise TypeError(f"{self.pattern} has {len(self.placeholders)} placeholders, not 1")
-        head, _, tail = self.pattern.partition("{" + self.placeholders[0] + "}")
+    def around(self, *leading: str | int) -> tuple[str, str]:
+        """The text before and after the pattern's last placeholder, the ones before it
+        filled with ``leading`` (for a Lua script that builds the key from a value it reads:
+        ``head .. value .. tail``)."""
+        if len(self.placeholders) != len(leading) + 1:
+            raise TypeError(f"{self.pattern} takes {len(self.placeholders) - 1} leading values")
+        head, _, tail = self.key(*leading, "\x00").partition("\x00")
         return head, tail
 
     def matches(self, key: str) -> bool:
@@ -102,7 +107,8 @@ class Family:
 JOB = Family(
     PREFIX + "job:{job_id}",
     "hash",
-    "the job: id, tenant, state, options (voice, format, sample_rate_hz, speed, callback_url), "
+    "the job: id, tenant, state, options (voice, engine, speaker, requested_voice, format, "
+    "sample_rate_hz, speed, callback_url), "
     "characters, chunks_total/chunks_done, audio_s, timestamps, output (output_key, size_bytes, "
     "duration_s, sha256), error, last_error, assembly_started, queued_chars (what it holds of "
     "its tenant's quota until it ends)",
@@ -241,6 +247,24 @@ LEXICON_DEFAULT = Family(
     "lexicons.py (set_default, clear_default, delete)",
 )
 
+VOICES = Family(
+    PREFIX + "tenant:{tenant}:voices",
+    "hash",
+    "the tenant's voices: name -> its record (JSON, voicelane.core.voices.TenantVoice: engine, "
+    "kind, seed / spk_emb / clip's sha256, transcript, duration / mix as written and "
+    "flattened, description, created_at)",
+    Lifetime.KEPT,
+    "voices.py (create, delete)",
+)
+VOICE_CLIP = Family(
+    PREFIX + "tenant:{tenant}:voice_clip:{sha256}",
+    "string",
+    "a clip voice's reference clip (Ogg Opus, mono, 24 kHz: voicelane.core.voice_clips) by its "
+    "SHA-256; deleted with the last of the tenant's voices that uses it",
+    Lifetime.KEPT,
+    "voices.py (create, delete)",
+)
+
 # ---- every job -----------------------------------------------------------------------------
 
 ACTIVE_JOBS = Family(
@@ -269,23 +293,23 @@ RECONCILER_LOCK = Family(
 # ---- the fair feed -------------------------------------------------------------------------
 
 FEED_RING = Family(
-    PREFIX + "sched:ring",
+    PREFIX + "sched:{engine}:ring",
     "list",
-    "tenants with chunks waiting, in turn order (rotated by every take)",
+    "tenants with chunks waiting for one engine, in turn order (rotated by every take)",
     Lifetime.SHARED,
     "feed.py (schedule, take)",
 )
 FEED_TENANTS = Family(
-    PREFIX + "sched:tenants",
+    PREFIX + "sched:{engine}:tenants",
     "set",
     "the ring's members (so a tenant joins the ring once)",
     Lifetime.SHARED,
     "feed.py (schedule, take)",
 )
 FEED_LINE = Family(
-    PREFIX + "sched:tenant:{tenant}",
+    PREFIX + "sched:{engine}:tenant:{tenant}",
     "list",
-    "the tenant's waiting chunks, '{job_id}:{n}', in order",
+    "the tenant's waiting chunks for one engine, '{job_id}:{n}', in order",
     Lifetime.SHARED,
     "feed.py (schedule, take)",
 )
@@ -320,6 +344,8 @@ FAMILIES: tuple[Family, ...] = (
     LEXICONS,
     LEXICON_INFO,
     LEXICON_DEFAULT,
+    VOICES,
+    VOICE_CLIP,
     ACTIVE_JOBS,
     FINISHED_JOBS,
     RECONCILER_LOCK,

@@ -10,6 +10,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
+from voicelane.core.speakers import SpeakerDef
 from voicelane.core.speech_text import TextOptions
 
 
@@ -84,6 +85,18 @@ class JobOptions:
     callback_url: str | None = None
     text_options: TextOptions = TextOptions()  # noqa: RUF009 - frozen, shared default
     """How the text is read (whether it is normalized)."""
+    engine: str = "espeak"
+    """The engine the voice resolved to at submission: its workers render the chunks."""
+    speaker: SpeakerDef | None = None
+    """A tenant's voice or a mix, resolved at submission (``voice`` is then ``custom:...``)."""
+    requested_voice: str = ""
+    """The voice as the client named it (shown); "" when it is ``voice``."""
+    seed: int | None = None
+    """The sampling seed of every sentence (engines that sample); None: a fresh draw."""
+
+    @property
+    def shown_voice(self) -> str:
+        return self.requested_voice or self.voice
 
 
 @dataclass(frozen=True, slots=True)

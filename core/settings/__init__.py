@@ -8,7 +8,7 @@ A process kind's root (:mod:`~voicelane.core.settings.processes`) holds its sect
        ├─ .realtime   RealtimeSettings
        ├─ .storage    StorageSettings   (.local, .s3)
        ├─ WorkerSettings + EngineSettings          voicelane worker
-       │    .device, .batcher BatcherSettings, .chattts ChatTTSSettings
+       │    .device, .batcher BatcherSettings, .chattts ChatTTSSettings, .piper PiperSettings
        ├─ FrontSettings                 (.api_keys, .llm LlmSettings)
        │  ├─ ApiSettings                voicelane api
        │  └─ GrpcSettings               voicelane grpc
@@ -23,9 +23,9 @@ Ollama's own variables and the refusal of old names: :mod:`~voicelane.core.setti
 Every variable is documented in ``docs/configuration.md`` (a test keeps the two in step).
 """
 
+from voicelane.core.engines import CPU_ENGINES
 from voicelane.core.settings.environment import Root, variable_name
 from voicelane.core.settings.processes import (
-    CPU_ENGINES,
     ROOTS,
     ApiSettings,
     CliSettings,
@@ -43,6 +43,7 @@ from voicelane.core.settings.sections import (
     BatcherSettings,
     ChatTTSSettings,
     LlmSettings,
+    PiperSettings,
     RealtimeSettings,
 )
 
@@ -59,6 +60,7 @@ __all__ = [
     "FrontSettings",
     "GrpcSettings",
     "LlmSettings",
+    "PiperSettings",
     "RealtimeSettings",
     "RedisSettings",
     "Root",

@@ -5,30 +5,30 @@ as keyword arguments, the environment read once (:class:`~voicelane.core.setting
 — and hands it, or the sections it holds, down to what it runs. Shared parts are declared once:
 the Redis URL in :class:`RedisSettings`, what every service reads in :class:`ServiceSettings`
 (storage, the real-time lane), the API keys and the LLM in :class:`FrontSettings`, the
-device, batcher and ChatTTS of a process that runs an engine in :class:`EngineSettings`.
+device, batcher, ChatTTS and Piper of a process that runs an engine in :class:`EngineSettings`.
 """
 
 from __future__ import annotations
 
 import os
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import ConfigError
+from voicelane.core.engines import CPU_ENGINES, parse_engines
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings.environment import Root
 from voicelane.core.settings.sections import (
     BatcherSettings,
     ChatTTSSettings,
     LlmSettings,
+    PiperSettings,
     RealtimeSettings,
 )
 from voicelane.core.storage import StorageSettings
 
 DEVICE_PATTERN = r"^(cpu|cuda:\d+)$"
-CPU_ENGINES = frozenset({"espeak"})
-"""Engines that run on the CPU: for them a core is the device."""
 
 
 class EngineSettings(BaseModel):
@@ -40,12 +40,21 @@ class EngineSettings(BaseModel):
     batcher: BatcherSettings = Field(default_factory=BatcherSettings)
     chattts: ChatTTSSettings = Field(default_factory=ChatTTSSettings)
     """The ChatTTS engine's settings (used when ``engine`` is ``chattts``)."""
+    piper: PiperSettings = Field(default_factory=PiperSettings)
+    """The Piper engine's settings (used when ``engine`` is ``piper``)."""
+    idle_unload_s: float | None = Field(None, ge=0)
+    """``VOICELANE_IDLE_UNLOAD_S``: after this long without work (nothing queued, running or
+    streaming in the batcher) a worker's engine frees its weights (GPU memory, resident
+    memory); the next request loads it again (it waits for the load, it is not failed).
+    None or 0: never. See docs/batcher.md, "Idle unload"."""
 
 
 class EmbeddedSettings(Root, EngineSettings):
     """``voicelane render`` / ``say`` / ``voices``: one engine in this process, no servers."""
 
-    engine: str = "espeak"
+    engine: str = "auto"
+    """``auto``: Piper (when installed) for a text without Chinese characters, espeak
+    otherwise (:func:`voicelane.workers.render.embedded_engine`); or an engine's name."""
     voice: str = DEFAULT_VOICE
     sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ
     max_segment_chars: int = Field(300, ge=20)
@@ -88,6 +97,11 @@ class ServiceSettings(RedisSettings):
     the REST API serves it on its own port). ``voicelane up`` gives each process one."""
     metrics_host: str = "127.0.0.1"
     engine: str = "espeak"
+    """A worker's engine (one per worker process); the fronts' when ``engines`` is unset."""
+    engines: str = ""
+    """The engines the deployment serves, in order of preference (``piper,espeak``): the
+    fronts route each voice to its engine (docs/engines.md, "Several engines"), and
+    ``voicelane up`` starts render workers for each. Empty: ``engine`` alone."""
     max_text_chars: int = Field(1_000_000, ge=1)
     max_segment_chars: int = Field(300, ge=20)
     chunk_target_audio_s: float = Field(20.0, gt=0)
@@ -145,6 +159,12 @@ class ServiceSettings(RedisSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     """Object storage (``VOICELANE_STORAGE__*``, docs/storage.md)."""
 
+    def served_engines(self) -> tuple[str, ...]:
+        """``engines`` parsed (ConfigError when it names an unknown engine), or ``engine``."""
+        if self.engines.strip():
+            return parse_engines(self.engines, field="engines")
+        return (self.engine,)
+
 
 class WorkerSettings(ServiceSettings, EngineSettings):
     """``voicelane worker``: one engine + one batcher + a Celery consumer (GPU side), or the
@@ -187,6 +207,21 @@ class ApiSettings(FrontSettings):
     """Open WebSockets in this API process, all clients together."""
     metrics_token: str | None = None
     """Bearer token for ``/metrics``; unset: ``/metrics`` is open in dev mode only."""
+    tenant_max_voices: int = Field(32, ge=1)
+    """Voices one tenant may keep (``POST /v1/voices``); more are refused (413) until it
+    deletes one."""
+    voice_clip_min_s: float = Field(3.0, gt=0)
+    """Shortest reference clip of a clip voice (zero-shot needs some speech to go on)."""
+    voice_clip_max_s: float = Field(30.0, gt=0, le=30.0)
+    """Longest reference clip; decoding an upload stops as soon as it passes this."""
+    voice_clip_max_bytes: int = Field(512 * 1024, ge=1024)
+    """Largest reference clip as stored (Ogg Opus, 48 kbps: 30 s are about 180 KB)."""
+
+    @model_validator(mode="after")
+    def _clip_bounds_consistent(self) -> ApiSettings:
+        if self.voice_clip_min_s > self.voice_clip_max_s:
+            raise ValueError("voice_clip_min_s must not be above voice_clip_max_s")
+        return self
 
 
 class GrpcSettings(FrontSettings):
@@ -227,17 +262,22 @@ class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, FlowerSettings):
     llm_standin_port: int = Field(11434, ge=1, le=65535)
     """``up --llm-standin``: the port of the stand-in Ollama server (Ollama's own port)."""
 
-    def render_worker_count(self) -> int:
+    def render_worker_count(self, engine: str | None = None) -> int:
+        """Render workers of ``engine`` (None: ``engine``'s). A GPU engine gets one; the CPU
+        engines served share the cores: one worker per core each when one is served, the
+        cores divided between them when several are (at least one each)."""
         if self.render_workers is not None:
             return self.render_workers
-        if self.engine in CPU_ENGINES:
-            return max(
-                1,
-                len(os.sched_getaffinity(0))
-                if hasattr(os, "sched_getaffinity")
-                else (os.cpu_count() or 1),
-            )
-        return 1
+        engine = engine or self.engine
+        if engine not in CPU_ENGINES:
+            return 1
+        cores = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+        cpu_served = [name for name in self.served_engines() if name in CPU_ENGINES] or [engine]
+        return max(1, cores // len(cpu_served))
 
 
 ROOTS: tuple[type[Root], ...] = (

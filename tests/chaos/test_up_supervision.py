@@ -46,6 +46,7 @@ TIMINGS = {  # a dead worker's capacity and leases lapse quickly
     "VOICELANE_REALTIME__UNAVAILABLE_AFTER_S": "3",
     "VOICELANE_REALTIME__CLAIM_TIMEOUT_S": "3",
     "VOICELANE_RENDER_WORKERS": "1",  # one of each kind (the default: one per core)
+    "VOICELANE_ENGINE": "espeak",  # one engine (the default: Piper and espeak, installed)
 }
 
 

@@ -108,7 +108,7 @@ def test_submit_done_download_and_duration_matches_embedded(
     assert info.codec == "opus" and info.sample_rate_hz == 24000
     assert info.duration_s == pytest.approx(job["output"]["duration_s"], abs=0.02)
 
-    with EmbeddedRenderer(EmbeddedSettings()) as renderer:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak")) as renderer:
         embedded = renderer.render(SAMPLE, tmp_path / "embedded.ogg", fmt=AudioFormat.OGG)
     assert info.duration_s == pytest.approx(embedded.duration_s, rel=0.02)
     # The parts are gone, only the finished file remains.

@@ -77,7 +77,9 @@ def app_client(redis_url: str, tmp_path: Path, **settings: Any) -> TestClient:
     storage.prepare()
     sent: list[tuple[str, tuple[str | int, ...]]] = []
 
-    def enqueue(task: str, *args: str | int, countdown_s: float | None = None) -> None:
+    def enqueue(
+        task: str, *args: str | int, countdown_s: float | None = None, queue: str | None = None
+    ) -> None:
         sent.append((task, args))
 
     app = create_app(ApiSettings(**fields), storage=storage, enqueue=enqueue)

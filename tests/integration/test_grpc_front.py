@@ -32,12 +32,14 @@ from voicelane.common.errors import EngineOutOfMemoryError, JobStateError
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core.lane.front import RealtimeClient
-from voicelane.core.lane.keys import REQUESTS, cancel_key, capabilities_key, tenant_key
+from voicelane.core.lane.keys import cancel_key, capabilities_key, requests_key, tenant_key
 from voicelane.core.lane.messages import StreamRequest, lane_request_id, now_ms
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.redis_server import free_port
 from voicelane.core.rules import EngineCapabilities, VoiceInfo
 from voicelane.core.settings import GrpcSettings, RealtimeSettings
+
+ESPEAK_REQUESTS = requests_key("espeak")
 
 if TYPE_CHECKING:
     from voicelane.common.wire.speech_pb2_grpc import SpeechAsyncStub
@@ -111,7 +113,7 @@ class Harness:
         return [lane_id.partition(".")[2] for lane_id in lane_ids]  # the tenant's own ids
 
     def queued(self) -> list[StreamRequest]:
-        entries = cast(list[tuple[bytes, dict[bytes, bytes]]], self.redis.xrange(REQUESTS))
+        entries = cast(list[tuple[bytes, dict[bytes, bytes]]], self.redis.xrange(ESPEAK_REQUESTS))
         return [StreamRequest.from_fields(fields) for _, fields in entries]
 
 
@@ -336,7 +338,7 @@ async def test_bad_input_is_invalid_argument_and_leaves_redis_untouched(
     details = error.details() or ""
     assert message in details and "\n" not in details
     assert harness.redis.dbsize() == dbsize_before
-    assert harness.redis.xlen(REQUESTS) == 0
+    assert harness.redis.xlen(ESPEAK_REQUESTS) == 0
     assert harness.keys() == keys_before
 
 
@@ -382,7 +384,7 @@ async def test_no_capacity_is_resource_exhausted_at_once(
     assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "capacity" in (error.details() or "")
     assert time.monotonic() - started < REALTIME.claim_timeout_s  # refused, not timed out
-    assert harness.redis.xlen(REQUESTS) == 0
+    assert harness.redis.xlen(ESPEAK_REQUESTS) == 0
 
 
 async def test_a_burst_cannot_overshoot_capacity(harness: Harness) -> None:
@@ -393,7 +395,7 @@ async def test_a_burst_cannot_overshoot_capacity(harness: Harness) -> None:
 
     codes = sorted(e.code().name for e in errors)
     assert codes == ["RESOURCE_EXHAUSTED"] * 4 + ["UNAVAILABLE"] * 2
-    assert harness.redis.xlen(REQUESTS) == 2
+    assert harness.redis.xlen(ESPEAK_REQUESTS) == 2
 
 
 async def test_no_worker_picking_up_is_unavailable_after_the_claim_timeout(
@@ -438,7 +440,7 @@ async def test_an_expired_deadline_is_refused_without_touching_the_lane(
         assert e.code() is grpc.StatusCode.DEADLINE_EXCEEDED
         assert "deadline" in (e.details() or "")
     assert harness.keys() == keys_before
-    assert harness.redis.xlen(REQUESTS) == 0
+    assert harness.redis.xlen(ESPEAK_REQUESTS) == 0
 
 
 async def test_a_client_that_leaves_mid_stream_gets_its_request_cancelled(
@@ -565,12 +567,12 @@ async def test_resume_of_an_unknown_or_foreign_stream_is_not_found(harness: Harn
 async def test_a_request_id_cannot_be_used_twice(harness: Harness) -> None:
     harness.worker()
     await collect(synthesize(harness, text=TEXT, request_id="once-only"))
-    queued = harness.redis.xlen(REQUESTS)
+    queued = harness.redis.xlen(ESPEAK_REQUESTS)
 
     error = await rpc_error(synthesize(harness, text=TEXT, request_id="once-only"))
 
     assert error.code() is grpc.StatusCode.ALREADY_EXISTS
-    assert harness.redis.xlen(REQUESTS) == queued
+    assert harness.redis.xlen(ESPEAK_REQUESTS) == queued
 
 
 async def test_a_message_over_the_limit_is_resource_exhausted(harness: Harness) -> None:
@@ -679,7 +681,7 @@ async def test_malformed_conversations_are_invalid_argument(
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert message in (error.details() or "")
     if not submitted:
-        assert harness.redis.xlen(REQUESTS) == 0
+        assert harness.redis.xlen(ESPEAK_REQUESTS) == 0
         assert harness.keys() == keys_before
         return
     [request_id] = harness.submitted_ids()

@@ -62,7 +62,13 @@ def test_a_jobs_breaks_are_their_exact_silences(
 ) -> None:
     prepared = with_breaks(TEXT)
 
-    def prepare(text: str, settings: object, options: TextOptions = TextOptions()) -> PreparedText:  # noqa: B008
+    def prepare(
+        text: str,
+        settings: object,
+        options: TextOptions = TextOptions(),  # noqa: B008
+        *,
+        engine: str | None = None,
+    ) -> PreparedText:
         return prepared
 
     monkeypatch.setattr(jobs, "prepare_job_text", prepare)

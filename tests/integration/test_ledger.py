@@ -222,18 +222,28 @@ def test_requeue_once_holds_for_its_period(ledger: Ledger) -> None:
     assert ledger.locks.requeue_once(job_id, "chunk:1", hold_s=30)
 
 
-def tenant_job(ledger: Ledger, tenant: str, chunks: int) -> str:
+def tenant_job(ledger: Ledger, tenant: str, chunks: int, engine: str = "espeak") -> str:
     job = ledger.jobs.create(tenant, OPTIONS, "some text")
     assert ledger.jobs.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
     assert ledger.jobs.save_plan(job.id, plans(chunks))
-    ledger.feed.schedule(job.id, tenant, chunks)
+    ledger.feed.schedule(job.id, tenant, chunks, engine=engine)
     return job.id
+
+
+def test_each_engine_is_fed_from_its_own_lines(ledger: Ledger) -> None:
+    """A backlog for one engine never stands in front of another engine's chunks."""
+    book = tenant_job(ledger, "acme", 50, engine="chattts")
+    short = tenant_job(ledger, "acme", 2, engine="piper")
+    assert ledger.feed.take(5, engine="piper") == [(short, 0), (short, 1)]
+    assert ledger.feed.take(5, engine="espeak") == []
+    assert [job for job, _ in ledger.feed.take(3, engine="chattts")] == [book] * 3
+    assert waiting_chunks(ledger.redis, "acme", "chattts") == 47
 
 
 def test_the_fair_feed_alternates_tenants_whatever_their_backlog(ledger: Ledger) -> None:
     books = [tenant_job(ledger, "acme", 50) for _ in range(4)]  # 200 chunks ahead
     small = tenant_job(ledger, "other", 2)
-    taken = ledger.feed.take(4)
+    taken = ledger.feed.take(4, engine="espeak")
     tenants = [("other" if job == small else "acme") for job, _ in taken]
     assert tenants == ["acme", "other", "acme", "other"]  # other's job is in the first turn
     assert [n for job, n in taken if job == small] == [0, 1]
@@ -241,7 +251,9 @@ def test_the_fair_feed_alternates_tenants_whatever_their_backlog(ledger: Ledger)
     assert ledger.feed.dispatched(small) == {0, 1}
     assert waiting_chunks(ledger.redis, "acme") == 198
     assert waiting_chunks(ledger.redis, "other") == 0
-    assert [job for job, _ in ledger.feed.take(3)] == [books[0]] * 3  # only acme is left
+    assert [job for job, _ in ledger.feed.take(3, engine="espeak")] == [
+        books[0]
+    ] * 3  # only acme is left
 
 
 def test_a_cancelled_jobs_waiting_chunks_are_dropped_at_no_cost(ledger: Ledger) -> None:
@@ -251,13 +263,13 @@ def test_a_cancelled_jobs_waiting_chunks_are_dropped_at_no_cost(ledger: Ledger) 
     taken: list[tuple[str, int]] = []
     calls = 0
     while not taken:  # each call skips a bounded number of stale references
-        taken = ledger.feed.take(1)
+        taken = ledger.feed.take(1, engine="espeak")
         calls += 1
         assert calls <= 5, "the stale references are not being dropped"
     assert taken == [(kept, 0)]
     assert ledger.feed.dispatched(cancelled) == set()  # none of them was handed out
     assert waiting_chunks(ledger.redis, "acme") == 0
-    assert ledger.feed.take(5) == []
+    assert ledger.feed.take(5, engine="espeak") == []
 
 
 def test_queued_characters_are_held_until_the_job_ends(ledger: Ledger) -> None:

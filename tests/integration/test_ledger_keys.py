@@ -1,10 +1,10 @@
 """The key table (``voicelane.core.ledger.keys``) against what the code really writes.
 
 Jobs live their whole life through the production code — a front's rate bucket, a tenant's
-pronunciation lexicons and its default, submit (under the queued-characters quota), planning
-into the fair feed, a worker that dies holding a chunk lease, the reconciler, rendering and
-commits, an assembler that dies holding the assembly lock, assembly, cancel, cleanup and the
-retention sweep — on a real redis-server.
+pronunciation lexicons and its default, a tenant's voices and a reference clip, submit (under
+the queued-characters quota), planning into the fair feed, a worker that dies holding a chunk
+lease, the reconciler, rendering and commits, an assembler that dies holding the assembly
+lock, assembly, cancel, cleanup and the retention sweep — on a real redis-server.
 Redis is scanned after every step: every key must belong to exactly one family of the table,
 with that family's type and TTL, and every family must be seen (or be listed below as out of
 this flow's reach, with the reason).
@@ -13,18 +13,21 @@ this flow's reach, with the reason).
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 import redis
 
 from tests.support.jobs import espeak_context, narrow
 from tests.support.stack import wait_for
+from voicelane.common.audio import AudioFormat, open_writer
 from voicelane.core.batch_lane import QUEUES, BatchClient
-from voicelane.core.ledger import JobOptions, JobState
+from voicelane.core.ledger import JobOptions, JobState, Ledger
 from voicelane.core.ledger.keys import (
     CELERY_QUEUE,
     FAMILIES,
@@ -35,6 +38,8 @@ from voicelane.core.ledger.keys import (
 from voicelane.core.lexicon import Lexicon, LexiconEntry
 from voicelane.core.quotas import RequestRate
 from voicelane.core.redis_clients import async_client
+from voicelane.core.voice_clips import prepare_clip
+from voicelane.core.voices import TenantVoice, VoiceClip
 from voicelane.workers.jobs import (
     JobContext,
     assemble_job,
@@ -105,6 +110,19 @@ def take_a_rate_token(redis_url: str) -> None:
     asyncio.run(take())
 
 
+def create_voices(ledger: Ledger) -> None:
+    """A tenant's seed voice and clip voice (its clip stored apart)."""
+    tone = np.sin(np.arange(4 * 16_000) * (2 * np.pi * 150 / 16_000)).astype(np.float32)
+    target = io.BytesIO()
+    with open_writer(target, AudioFormat.WAV, 16_000) as writer:
+        writer.write(tone * np.float32(0.3))
+    clip = prepare_clip(target.getvalue(), min_s=3, max_s=30, max_bytes=512 * 1024)
+    info = VoiceClip(clip.sha256, "A tone.", clip.duration_s, len(clip.audio))
+    ledger.voices.create("acme", TenantVoice("seedy", "chattts", "seed", seed=7), max_voices=4)
+    clipped = TenantVoice("clipped", "chattts", "clip", clip=info)
+    ledger.voices.create("acme", clipped, max_voices=4, clip_audio=clip.audio)
+
+
 def test_every_key_in_redis_is_in_the_key_table_and_every_family_is_written(
     ctx: JobContext, redis_url: str
 ) -> None:
@@ -117,6 +135,7 @@ def test_every_key_in_redis_is_in_the_key_table_and_every_family_is_written(
     ledger.lexicons.put("acme", "names", names)  # a tenant's lexicons, and its default
     ledger.lexicons.set_default("acme", "names")
     assert ledger.lexicons.resolve("acme", None) == (names, ("names",))
+    create_voices(ledger)  # a tenant's voices, and a reference clip
     job_id = fronts.submit("acme", OPTIONS, TEXT, max_queued_chars=100_000).id
     other = fronts.submit("other", OPTIONS, TEXT, max_queued_chars=100_000).id
     scans.scan("submitted")
@@ -152,6 +171,7 @@ def test_every_key_in_redis_is_in_the_key_table_and_every_family_is_written(
     assert forgotten == 2
     left = scans.scan("forgotten")
     assert ledger.lexicons.list("acme").default == "names"  # kept: retention leaves them be
+    assert [v.name for v in ledger.voices.list("acme")] == ["clipped", "seedy"]
 
     assert not scans.problems, "\n".join(scans.problems)
     unseen = set(FAMILIES) - scans.seen - set(UNREACHABLE)
@@ -184,6 +204,8 @@ def test_a_key_is_built_and_recognised_by_its_family() -> None:
     assert lease.matches(key) and not lease.matches(key + ":x")
     with pytest.raises(TypeError):
         lease.key(job_id)
-    [line] = [f for f in FAMILIES if f.pattern.endswith("sched:tenant:{tenant}")]
-    head, tail = line.around()
-    assert head + "acme" + tail == line.key("acme")
+    [line] = [f for f in FAMILIES if f.pattern.endswith("sched:{engine}:tenant:{tenant}")]
+    head, tail = line.around("piper")
+    assert head + "acme" + tail == line.key("piper", "acme")
+    with pytest.raises(TypeError):
+        line.around()

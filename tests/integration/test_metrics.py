@@ -149,7 +149,7 @@ def test_every_process_exports_its_metrics_and_they_move(
     assert refused == 1
     # The API: its WebSocket stream's latency, queues and jobs.
     assert value(api, "chattts_stream_latency_ms_count", front="websocket", engine="espeak") >= 1
-    assert value(api, "voicelane_queue_depth", queue="render") >= 0
+    assert value(api, "voicelane_queue_depth", queue="render.espeak") >= 0
     assert value(api, "voicelane_jobs", state="rendering") >= 0
 
 

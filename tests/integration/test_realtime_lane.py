@@ -23,11 +23,13 @@ from tests.support.stack import ACME_KEY, ROOT, Stack, wait_for
 from voicelane.common.audio import AudioFormat, OpusStreamDecoder, decode_to_pcm
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
-from voicelane.core.lane.keys import REQUESTS, heartbeat_key, output_key, owner_key
+from voicelane.core.lane.keys import heartbeat_key, output_key, owner_key, requests_key
 from voicelane.core.lane.messages import lane_request_id
 from voicelane.core.redis_server import RedisServer
 from voicelane.core.settings import EmbeddedSettings
 from voicelane.workers.render import EmbeddedRenderer
+
+ESPEAK_REQUESTS = requests_key("espeak")
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +79,7 @@ async def collect(target: str, text: str, **kw: object) -> list[pb.AudioChunk]:
 
 
 def embedded_duration_s(text: str, tmp_path: Path) -> float:
-    with EmbeddedRenderer(EmbeddedSettings(paragraph_pause_s=0)) as renderer:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak", paragraph_pause_s=0)) as renderer:
         return renderer.render(text, tmp_path / "e.wav", fmt=AudioFormat.WAV).duration_s
 
 
@@ -100,7 +102,7 @@ def test_a_streamed_paragraph_decodes_in_order_and_lasts_as_long_as_a_render(
 
 def test_an_expired_deadline_is_deadline_exceeded_and_never_queued(fast_lane: Stack) -> None:
     client = redis.Redis.from_url(fast_lane.redis_url)
-    before = client.xlen(REQUESTS)
+    before = client.xlen(ESPEAK_REQUESTS)
 
     async def go() -> grpc.StatusCode:
         async with grpc.aio.insecure_channel(fast_lane.grpc_target) as channel:
@@ -115,7 +117,7 @@ def test_an_expired_deadline_is_deadline_exceeded_and_never_queued(fast_lane: St
         return grpc.StatusCode.OK
 
     assert asyncio.run(go()) is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert client.xlen(REQUESTS) == before
+    assert client.xlen(ESPEAK_REQUESTS) == before
 
 
 def test_websocket_twin_streams_opus_packets(fast_lane: Stack) -> None:

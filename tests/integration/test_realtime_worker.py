@@ -19,7 +19,7 @@ from tests.support.engines import RecordingEngine
 from tests.support.stack import wait_for
 from voicelane.common.audio import OpusStreamDecoder
 from voicelane.core.lane.front import RealtimeClient
-from voicelane.core.lane.keys import GROUP, REQUESTS, cancel_key, output_key
+from voicelane.core.lane.keys import GROUP, cancel_key, output_key, requests_key
 from voicelane.core.lane.messages import (
     EventKind,
     InputKind,
@@ -39,6 +39,8 @@ from voicelane.workers.batching import Batcher
 from voicelane.workers.engines import PcmF32, Utterance
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.realtime import RealtimeConsumer, SentenceCutter
+
+ESPEAK_REQUESTS = requests_key("espeak")
 
 pytestmark = pytest.mark.integration
 
@@ -270,7 +272,9 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
         assert late.execute_or_raise() == [False]
         assert entry_id  # acknowledged by the survivor:
         wait_for(
-            lambda: redis.Redis.from_url(redis_url).xpending(REQUESTS, GROUP)["pending"] == 0,
+            lambda: (
+                redis.Redis.from_url(redis_url).xpending(ESPEAK_REQUESTS, GROUP)["pending"] == 0
+            ),
             10,
             "the request to be acknowledged",
         )
@@ -296,13 +300,13 @@ def test_trimming_keeps_pending_requests(redis_url: str) -> None:
     claimed = lane.claim_new(3, 1000)
     finish(lane, claimed[0][0], claimed[0][1].request_id)
     client = redis.Redis.from_url(redis_url)
-    remaining = [e[0].decode() for e in client.xrange(REQUESTS)]  # type: ignore[union-attr]
+    remaining = [e[0].decode() for e in client.xrange(ESPEAK_REQUESTS)]  # type: ignore[union-attr]
     assert remaining == [claimed[1][0], claimed[2][0]]  # done one trimmed, pending kept
     finish(lane, claimed[2][0], claimed[2][1].request_id)
-    remaining = [e[0].decode() for e in client.xrange(REQUESTS)]  # type: ignore[union-attr]
+    remaining = [e[0].decode() for e in client.xrange(ESPEAK_REQUESTS)]  # type: ignore[union-attr]
     assert remaining == [claimed[1][0], claimed[2][0]]  # never past the oldest pending
     finish(lane, claimed[1][0], claimed[1][1].request_id)
-    assert client.xlen(REQUESTS) == 0
+    assert client.xlen(ESPEAK_REQUESTS) == 0
 
 
 def test_capacity_is_reported_and_expires(redis_url: str) -> None:
@@ -312,7 +316,7 @@ def test_capacity_is_reported_and_expires(redis_url: str) -> None:
     async def capacity() -> int:
         client = RealtimeClient.from_url(redis_url, SETTINGS)
         try:
-            return await client.capacity()
+            return await client.capacity("espeak")
         finally:
             await client.close()
 

@@ -425,7 +425,7 @@ class LaneRequests:
         self._client.close()
 
     def _watch(self) -> None:
-        wanted = f'"XADD" "{REQUESTS_KEY.key()}"'
+        wanted = f'"XADD" "{REQUESTS_KEY.key("espeak")}"'
         while True:
             raw = self._monitor.connection.read_response()
             line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)

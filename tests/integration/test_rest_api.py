@@ -273,7 +273,7 @@ def test_voices_health_ready_metrics_and_openapi(api: tuple[TestClient, redis.Re
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"status": "ready"}
     metrics = client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text
-    assert 'voicelane_queue_depth{queue="render"}' in metrics
+    assert 'voicelane_queue_depth{queue="render.espeak"}' in metrics
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", headers=ACME).status_code == 401  # a tenant key is not it
     schema = client.get("/openapi.json").json()

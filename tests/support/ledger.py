@@ -25,9 +25,9 @@ def assembly_holder(client: redis.Redis, job_id: str) -> str | None:
     return held.decode() if held is not None else None
 
 
-def waiting_chunks(client: redis.Redis, tenant: str) -> int:
-    """Chunks of the tenant's jobs waiting their turn in the fair feed."""
-    return int(client.llen(FEED_LINE.key(tenant)))
+def waiting_chunks(client: redis.Redis, tenant: str, engine: str = "espeak") -> int:
+    """Chunks of the tenant's jobs waiting their turn in the fair feed of ``engine``."""
+    return int(client.llen(FEED_LINE.key(engine, tenant)))
 
 
 def queued_chars(client: redis.Redis, tenant: str) -> int:

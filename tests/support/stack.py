@@ -197,15 +197,22 @@ class Stack:
         self.grpc(extra_env=metrics_on("grpc"))
         return ports
 
-    def wait_realtime_workers(self, count: int = 1, timeout_s: float = 60) -> None:
-        """Until ``count`` workers report real-time capacity (their consumers run)."""
+    def wait_realtime_workers(
+        self, count: int = 1, timeout_s: float = 60, engine: str | None = None
+    ) -> None:
+        """Until ``count`` workers (of ``engine``; None: of any) report real-time capacity
+        (their consumers run)."""
         import redis
 
         from voicelane.core.lane.worker import reporting_workers
 
         client = redis.Redis.from_url(self.redis_url)
         try:
-            wait_for(lambda: reporting_workers(client) >= count, timeout_s, "real-time workers")
+            wait_for(
+                lambda: reporting_workers(client, engine) >= count,
+                timeout_s,
+                f"real-time workers ({engine or 'any engine'})",
+            )
         finally:
             client.close()
 

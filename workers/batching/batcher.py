@@ -29,8 +29,14 @@ Rules (DESIGN.md, "The dynamic batcher"; ``docs/batcher.md``):
   halves ``max_batch``, which grows back after a run of successes; nothing is lost. An
   engine returning a different number of outputs than inputs is an
   :class:`~voicelane.common.errors.EngineOutputMismatchError` on every future of that batch.
+* Idle unload (``idle_unload_s``, ``VOICELANE_IDLE_UNLOAD_S``): after that long with
+  nothing queued or running, the scheduler unloads the engine (its weights, GPU memory, the
+  resident memory they took); the next submission loads it again on the scheduler thread.
+  Work submitted during the unload or the load waits in the queue as usual, deadlines
+  included; it is neither refused nor failed (unless the load itself fails).
 * Metrics: batch sizes, wait per class, queue depth per class, utilisation, OOM events,
-  preemptions (:meth:`Batcher.stats`).
+  preemptions (:meth:`Batcher.stats`), whether the engine is loaded
+  (:attr:`Batcher.engine_loaded`).
 
 The parts, one job each: :mod:`~voicelane.workers.batching.items` (what is queued),
 :mod:`~voicelane.workers.batching.work_queue` (classes, fairness, sweep, the scheduler's
@@ -55,7 +61,7 @@ from voicelane.common.errors import ShuttingDownError
 from voicelane.core.settings import BatcherSettings
 from voicelane.workers.batching.backoff import OomBackoff
 from voicelane.workers.batching.items import AudioStream, Item, Priority
-from voicelane.workers.batching.lifecycle import ReloadReport, load_engine, unload_engine
+from voicelane.workers.batching.lifecycle import EngineLife, ReloadReport
 from voicelane.workers.batching.metrics import BatcherStats, BatchMetrics
 from voicelane.workers.batching.static import StaticLoop
 from voicelane.workers.batching.stepping import StepLoop
@@ -77,7 +83,11 @@ class Batcher:
         *,
         clock: Clock = time.monotonic,
         name: str = "batcher",
+        idle_unload_s: float | None = None,
     ) -> None:
+        """``idle_unload_s``: unload the engine after that long without work (None or 0:
+        never; ``EngineSettings.idle_unload_s``; ignored for an engine whose unload frees
+        nothing, ``Engine.unload_frees_memory``). ``clock`` measures it too."""
         self.engine = engine
         self.config = config or BatcherSettings()
         self.clock = clock
@@ -88,8 +98,14 @@ class Batcher:
         self._backoff = OomBackoff(self.max_batch, self.config.grow_after_successes)
         self._metrics = BatchMetrics(clock())
         self._queue = WorkQueue(
-            self.config, clock=clock, backoff=self._backoff, metrics=self._metrics, name=name
+            self.config,
+            clock=clock,
+            backoff=self._backoff,
+            metrics=self._metrics,
+            name=name,
+            idle_unload_s=idle_unload_s if engine.unload_frees_memory else None,
         )
+        self._life = EngineLife(engine)
         self._thread: threading.Thread | None = None
         self._loaded = threading.Event()
         self._load_error: BaseException | None = None
@@ -119,6 +135,12 @@ class Batcher:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+    @property
+    def engine_loaded(self) -> bool:
+        """Whether the engine holds its weights now (False before start, after an idle
+        unload until work loads it again, and after close)."""
+        return self._life.loaded
 
     @property
     def continuous(self) -> bool:
@@ -237,7 +259,7 @@ class Batcher:
 
     def _run(self) -> None:
         try:
-            load_engine(self.engine)
+            self._life.load("start")
             loop = self._make_loop()  # a step loop opens the engine's step session
         except BaseException as error:
             self._load_error = error
@@ -255,13 +277,14 @@ class Batcher:
             self._queue.close(drain=False)
         finally:
             self._fail_queued(ShuttingDownError(f"{self.name} stopped"))
-            unload_engine(self.engine)
+            self._life.close()
 
     def _make_loop(self) -> StaticLoop | StepLoop:
         if self.continuous:
             return StepLoop(
                 self.engine,
                 self._queue,
+                life=self._life,
                 config=self.config,
                 backoff=self._backoff,
                 metrics=self._metrics,
@@ -269,7 +292,12 @@ class Batcher:
                 name=self.name,
             )
         return StaticLoop(
-            self.engine, self._queue, backoff=self._backoff, metrics=self._metrics, clock=self.clock
+            self.engine,
+            self._queue,
+            life=self._life,
+            backoff=self._backoff,
+            metrics=self._metrics,
+            clock=self.clock,
         )
 
     def _fail_queued(self, error: ShuttingDownError) -> None:

@@ -21,7 +21,7 @@ from voicelane.common.errors import (
 )
 from voicelane.workers.batching.backoff import OomBackoff, split_for_retry, typed_engine_error
 from voicelane.workers.batching.items import Item
-from voicelane.workers.batching.lifecycle import reload_engine
+from voicelane.workers.batching.lifecycle import EngineLife
 from voicelane.workers.batching.metrics import BatchMetrics
 from voicelane.workers.batching.work_queue import Boundary, WorkQueue
 from voicelane.workers.engines.base import Engine, TimedAudio
@@ -37,22 +37,29 @@ class StaticLoop:
         engine: Engine,
         queue: WorkQueue,
         *,
+        life: EngineLife,
         backoff: OomBackoff,
         metrics: BatchMetrics,
         clock: Callable[[], float],
     ) -> None:
         self._engine = engine
+        self._life = life
         self._queue = queue
         self._backoff = backoff
         self._metrics = metrics
         self._clock = clock
 
     def run(self) -> None:
-        while (batch := self._queue.next_batch()) is not Boundary.STOP:
-            if batch is Boundary.RELOAD:
-                reload_engine(self._engine, self._queue.take_reloads())
-            elif isinstance(batch, list):
+        queue, life = self._queue, self._life
+        while (batch := queue.next_batch(loaded=life.loaded)) is not Boundary.STOP:
+            if isinstance(batch, list):
                 self._execute(batch)
+            elif batch is Boundary.RELOAD:
+                life.reload(queue.take_reloads())
+            elif batch is Boundary.UNLOAD:
+                life.unload_idle(queue.idle_for_s())
+            elif batch is Boundary.LOAD:
+                life.load_on_demand(queue.drain)
 
     def _execute(self, candidates: list[Item]) -> None:
         started_at = self._clock()

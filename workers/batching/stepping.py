@@ -47,7 +47,9 @@ Rules (``docs/batcher.md``, "Continuous batching"):
   :class:`~voicelane.common.errors.EngineError` (or the engine's own typed error); the
   session is closed and a new one opened; queued work goes on.
 * A reload (:meth:`Batcher.reload`) stops admission, lets the running rows finish, then
-  closes the session, reloads the engine and opens a new session. ``close(drain=True)``
+  closes the session, reloads the engine and opens a new session. An idle unload
+  (``idle_unload_s``) happens only with no row running: it closes the session and unloads the
+  engine; the next queued item loads it and opens a new session. ``close(drain=True)``
   steps until the queues and the session are empty; ``close(drain=False)`` fails running
   and queued rows with :class:`~voicelane.common.errors.ShuttingDownError`.
 * Metrics: ``batches`` counts steps, ``batch_sizes`` is the histogram of step-set sizes,
@@ -75,7 +77,7 @@ from voicelane.common.errors import (
 from voicelane.core.settings import BatcherSettings
 from voicelane.workers.batching.backoff import OomBackoff, split_for_retry, typed_engine_error
 from voicelane.workers.batching.items import Item, Priority
-from voicelane.workers.batching.lifecycle import reload_engine
+from voicelane.workers.batching.lifecycle import EngineLife
 from voicelane.workers.batching.metrics import BatchMetrics
 from voicelane.workers.batching.work_queue import Boundary, WorkQueue
 from voicelane.workers.engines.base import Engine, StepEvent, StepSession
@@ -138,6 +140,7 @@ class StepLoop:
         engine: Engine,
         queue: WorkQueue,
         *,
+        life: EngineLife,
         config: BatcherSettings,
         backoff: OomBackoff,
         metrics: BatchMetrics,
@@ -145,6 +148,7 @@ class StepLoop:
         name: str,
     ) -> None:
         self._engine = engine
+        self._life = life
         self._queue = queue
         self._config = config
         self._backoff = backoff
@@ -154,7 +158,8 @@ class StepLoop:
         self._costs = StepCosts()
         self._solo_run = 0
         """Real-time-only steps in a row."""
-        self._session: StepSession = engine.open_steps()
+        self._session: StepSession | None = engine.open_steps()
+        """None while the engine is unloaded for idleness."""
         self._rows: dict[int, Item] = {}
         """Handle → item, for every row in the session, in admission order."""
         self._handles = itertools.count(1)
@@ -168,11 +173,22 @@ class StepLoop:
         """Step until the batcher closes; then fail what still runs and close the session."""
         try:
             while True:
-                action = self._queue.next_boundary(running=bool(self._rows))
+                action = self._queue.next_boundary(
+                    running=bool(self._rows), loaded=self._life.loaded
+                )
                 if action is Boundary.STOP:
                     return
                 if action is Boundary.RELOAD:
                     self._reload()
+                    continue
+                if action is Boundary.UNLOAD:
+                    self._close_session()
+                    self._life.unload_idle(self._queue.idle_for_s())
+                    continue
+                if action is Boundary.LOAD:
+                    self._life.load_on_demand(self._queue.drain)
+                    if self._life.loaded:
+                        self._session = self._engine.open_steps()
                     continue
                 self._admit_queued()
                 handles = self._step_set()
@@ -186,8 +202,15 @@ class StepLoop:
     def _reload(self) -> None:
         """No row running: close the session, reload the engine, open a new session."""
         self._close_session()
-        reload_engine(self._engine, self._queue.take_reloads())
-        self._session = self._engine.open_steps()
+        self._life.reload(self._queue.take_reloads())
+        if self._life.loaded:
+            self._session = self._engine.open_steps()
+
+    @property
+    def _open(self) -> StepSession:
+        """The session (the engine is loaded whenever a row is admitted or stepped)."""
+        assert self._session is not None, "no step session: the engine is unloaded"
+        return self._session
 
     # ------------------------------------------------------------------ admission
 
@@ -202,7 +225,7 @@ class StepLoop:
             )
             if head is None:
                 return
-            fits = self._session.fits(head.utterance)
+            fits = self._open.fits(head.utterance)
             if not fits and self._rows:
                 if head.priority is Priority.REALTIME and self._preempt_one():
                     continue  # a batch row made room: try again
@@ -238,7 +261,7 @@ class StepLoop:
             return
         handle = next(self._handles)
         try:
-            self._session.admit(handle, item.utterance, stream=item.stream is not None)
+            self._open.admit(handle, item.utterance, stream=item.stream is not None)
         except Exception as error:
             log.exception("engine %s refused a row", self._engine.name)
             item.fail(typed_engine_error(self._engine.name, error))
@@ -277,7 +300,7 @@ class StepLoop:
         self._metrics.step_started([self._rows[h] for h in handles], len(self._rows) - len(handles))
         started = self._clock()
         try:
-            events = self._session.step(handles)
+            events = self._open.step(handles)
         except Exception as error:
             self._metrics.busy(self._clock() - started)
             if isinstance(error, EngineOutOfMemoryError):
@@ -319,7 +342,7 @@ class StepLoop:
 
     def _evict(self, handle: int) -> Item:
         """Take a row out of the session (its memory is released now)."""
-        self._session.remove(handle)
+        self._open.remove(handle)
         self._fresh.discard(handle)
         return self._rows.pop(handle)
 
@@ -354,7 +377,10 @@ class StepLoop:
             item.fail(error)
 
     def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
         try:
-            self._session.close()
+            session.close()
         except Exception:
             log.exception("engine %s failed to close its step session", self._engine.name)

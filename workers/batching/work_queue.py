@@ -4,7 +4,10 @@ expired items swept out, and the scheduler's wait for something to do.
 Submitters (any thread) :meth:`~WorkQueue.put` items; the scheduler thread — the static loop
 or the step loop — takes them. Both loops wait through the same call
 (:meth:`WorkQueue.next_batch` / :meth:`WorkQueue.next_boundary`), which sweeps, honours a
-close or a reload asked for, and sleeps until work or time makes a difference. Only the
+close or a reload asked for, and sleeps until work or time makes a difference. It also says
+when the engine should unload for idleness (``idle_unload_s`` without anything queued or
+running: :attr:`Boundary.UNLOAD`) and when work waits for an unloaded engine
+(:attr:`Boundary.LOAD`). Only the
 scheduler thread removes items, so what it peeks at (:meth:`admission_head`) is still there
 when it takes it.
 
@@ -47,6 +50,11 @@ class Boundary(enum.Enum):
     """A reload was asked for and nothing runs: reload the engine now."""
     STOP = "stop"
     """Closing, and nothing more runs (drained, or closed without drain)."""
+    UNLOAD = "unload"
+    """Nothing queued or running for ``idle_unload_s``: unload the engine now."""
+    LOAD = "load"
+    """Work is queued and the engine is unloaded: load it now (then ask again: what expired
+    meanwhile is swept before anything runs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +92,13 @@ class WorkQueue:
         backoff: OomBackoff,
         metrics: BatchMetrics,
         name: str,
+        idle_unload_s: float | None = None,
     ) -> None:
         self._config = config
+        self._idle_unload_s = idle_unload_s if idle_unload_s else None
+        """None: never unload for idleness."""
+        self._idle_since: float | None = None
+        """When the scheduler last found nothing queued and nothing running (None: busy)."""
         self._clock = clock
         self._backoff = backoff
         self._metrics = metrics
@@ -169,11 +182,12 @@ class WorkQueue:
 
     # ---- the scheduler thread: waiting -------------------------------------------------------
 
-    def next_batch(self) -> list[Item] | Boundary:
+    def next_batch(self, *, loaded: bool = True) -> list[Item] | Boundary:
         """The static loop's next batch, taken off the queues, once it is due: full
         (``capacity`` items or ``max_batch_cost``), or its head waited its class's
         ``max_wait``. The head is the oldest real-time item, else the fair batch head; the
-        batch is it, its key's real-time items, then its key's batch items."""
+        batch is it, its key's real-time items, then its key's batch items. ``loaded``: whether
+        the engine is loaded (UNLOAD and LOAD boundaries)."""
 
         def decide(now: float) -> list[Item] | Wait:
             head = self._head(realtime=True, batch=True)
@@ -186,14 +200,17 @@ class WorkQueue:
             self._plan = _Plan(head.key, head.priority, len(batch), sum(i.cost for i in batch))
             return Wait(due_at - now)
 
-        return self._await(running=False, decide=decide)
+        return self._await(running=False, loaded=loaded, decide=decide)
 
-    def next_boundary(self, *, running: bool) -> Boundary:
+    def next_boundary(self, *, running: bool, loaded: bool = True) -> Boundary:
         """The step loop at a step boundary: WORK while rows run (``running``) or items are
-        queued; RELOAD when asked and nothing runs; STOP when closing and done."""
-        return self._await(running=running, decide=lambda _now: Boundary.WORK)
+        queued; RELOAD when asked and nothing runs; STOP when closing and done; UNLOAD and
+        LOAD as for :meth:`next_batch`."""
+        return self._await(running=running, loaded=loaded, decide=lambda _now: Boundary.WORK)
 
-    def _await(self, *, running: bool, decide: Callable[[float], R | Wait]) -> R | Boundary:
+    def _await(
+        self, *, running: bool, loaded: bool, decide: Callable[[float], R | Wait]
+    ) -> R | Boundary:
         dropped: list[tuple[Item, VoicelaneError]] = []
         try:
             with self._lock:
@@ -203,14 +220,23 @@ class WorkQueue:
                     if self._closing and not self._drain:
                         return Boundary.STOP
                     if self._reloads and not self._closing:
-                        return Boundary.WORK if running else Boundary.RELOAD
+                        if running:
+                            return Boundary.WORK
+                        self._idle_since = None  # the idle time counts again after it
+                        return Boundary.RELOAD
                     queued = bool(self._queues[Priority.REALTIME] or self._queues[Priority.BATCH])
                     if not queued and not running:
                         if self._closing:
                             return Boundary.STOP
                         self._plan = None
-                        self._wait(None)
+                        idle_left_s = self._idle_left_s(now, loaded)
+                        if idle_left_s is not None and idle_left_s <= 0:
+                            return Boundary.UNLOAD
+                        self._wait(idle_left_s)
                         continue
+                    self._idle_since = None
+                    if not loaded:
+                        return Boundary.LOAD  # nothing runs on an unloaded engine
                     if not queued:
                         return Boundary.WORK
                     decision = decide(now)
@@ -225,6 +251,11 @@ class WorkQueue:
                 )
             for item, error in dropped:
                 item.fail(error)
+
+    def idle_for_s(self) -> float:
+        """How long the scheduler has had nothing to do (0 while busy)."""
+        with self._lock:
+            return 0.0 if self._idle_since is None else self._clock() - self._idle_since
 
     def take_reloads(self) -> list[Future[ReloadReport]]:
         with self._lock:
@@ -269,6 +300,15 @@ class WorkQueue:
             return items
 
     # ---- under the lock ---------------------------------------------------------------------
+
+    def _idle_left_s(self, now: float, loaded: bool) -> float | None:
+        """Nothing queued or running: seconds until the engine should unload for idleness
+        (the idle time starts now if it had not yet); None: never (not set, or unloaded)."""
+        if self._idle_since is None:
+            self._idle_since = now
+        if self._idle_unload_s is None or not loaded:
+            return None
+        return self._idle_since + self._idle_unload_s - now
 
     def _notify(self) -> None:
         self._last_submitted = next(self._submitted)

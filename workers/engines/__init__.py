@@ -6,24 +6,27 @@ Engines are imported lazily: ``import workers`` never imports an ML framework.
 from __future__ import annotations
 
 from voicelane.common.errors import ConfigError, InvalidInputError
-from voicelane.core.settings import ChatTTSSettings
+from voicelane.core.engines import ENGINE_NAMES
+from voicelane.core.settings import ChatTTSSettings, PiperSettings
 
 from .base import Engine, PcmF32, TimedAudio, Utterance, VoiceInfo, WordEvent
-
-ENGINE_NAMES = ("espeak", "chattts")
-
 
 CPU_ONLY_ENGINES = frozenset({"espeak"})
 
 
 def create_engine(
-    name: str, *, device: str = "cpu", chattts: ChatTTSSettings | None = None
+    name: str,
+    *,
+    device: str = "cpu",
+    chattts: ChatTTSSettings | None = None,
+    piper: PiperSettings | None = None,
 ) -> Engine:
     """Build the engine called ``name`` (not yet loaded: the owning thread calls ``load``).
 
     ``device`` is the process's (``VOICELANE_DEVICE``, a worker's ``--device``: ``cpu`` or
-    ``cuda:N``); ``chattts`` the process's ChatTTS settings (``settings.chattts``; None: the
-    defaults). A device the engine cannot use is a
+    ``cuda:N``); ``chattts`` and ``piper`` the process's settings of those engines
+    (``settings.chattts``, ``settings.piper``; None: the defaults). A device the engine cannot
+    use is a
     :class:`~voicelane.common.errors.ConfigError` now, not a surprise at the first batch.
     """
     if name in CPU_ONLY_ENGINES and device != "cpu":
@@ -44,6 +47,11 @@ def create_engine(
         engine = ChatTTSEngine(chattts or ChatTTSSettings(), device=device)
         engine.check_device()
         return engine
+    if name == "piper":  # the `piper` extra: onnxruntime is imported here, never before
+        from .piper import PiperEngine, require_piper_extra
+
+        require_piper_extra()
+        return PiperEngine(piper or PiperSettings(), device=device)
     raise InvalidInputError(f"unknown engine {name!r} (available: {', '.join(ENGINE_NAMES)})")
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from voicelane.common.errors import UnknownVoiceError
 from voicelane.core.rules import EngineCapabilities, VoiceInfo, check_speed, check_voice
 from voicelane.core.speakers import SpeakerDef
 
@@ -163,6 +164,9 @@ class Engine(ABC):
     voice_kinds: tuple[str, ...] = ()
     """The kinds of tenant voice (:data:`voicelane.core.speakers.VOICE_KINDS`) the engine
     renders from :attr:`Utterance.speaker`; published in its capabilities."""
+    unload_frees_memory: bool = True
+    """:meth:`unload` gives back memory worth an idle unload (``VOICELANE_IDLE_UNLOAD_S``);
+    False: the batcher never unloads it for idleness (espeak: nothing of its own to free)."""
 
     def load(self) -> None:  # noqa: B027 - optional hook
         """Load the model. Called once, on the thread that will run it."""
@@ -202,7 +206,12 @@ class Engine(ABC):
         """Raise a permanent error when the utterance can never be rendered: the request
         rules of :mod:`voicelane.core.rules` against this engine's capabilities."""
         caps = self.capabilities()
-        check_voice(utterance.voice, caps)
+        if utterance.speaker is None:
+            check_voice(utterance.voice, caps)
+        elif not caps.voice_kinds:
+            raise UnknownVoiceError(
+                f"voice: the {self.name} engine speaks only its own voices", field="voice"
+            )
         check_speed(utterance.speed, caps.min_speed, caps.max_speed)
 
     def batch_key(self, utterance: Utterance) -> Hashable:

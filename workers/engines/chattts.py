@@ -7,7 +7,8 @@ downloaded. Settings, the manifest, voices and per-utterance options are in
 :mod:`voicelane.workers.engines.chattts_loop`; the design in docs/chattts.md.
 
 * ``batch_key``: voice, speed, seed and sampling parameters (what one ChatTTS call shares);
-  token budgets are per item.
+  token budgets are per item. A tenant's voice (``Utterance.speaker``: an embedding, a mix,
+  a reference clip; :mod:`.chattts_speakers`) is the voice ``custom:<digest>``.
 * ``synthesize``: every item decoded at its own length (no padding to the longest).
 * ``synthesize_stream``: a chunk per step group, decoded incrementally (flat cost per chunk).
 * Out of device memory → :class:`~voicelane.common.errors.EngineOutOfMemoryError` (the batcher
@@ -24,12 +25,12 @@ import contextlib
 import dataclasses
 import gc
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from voicelane.common.errors import (
@@ -38,8 +39,10 @@ from voicelane.common.errors import (
     InvalidInputError,
     ModelLoadError,
 )
-from voicelane.core.rules import DEFAULT_VOICE, seed_of
+from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings import ChatTTSSettings
+from voicelane.core.speakers import EMBEDDING_PREFIX, VOICE_KINDS, SpeakerDef
+from voicelane.core.voice_clips import CLIP_SAMPLE_RATE_HZ
 
 from .base import Engine, PcmF32, StepEvent, Utterance, VoiceInfo
 from .chattts_config import (
@@ -49,6 +52,7 @@ from .chattts_config import (
     Manifest,
     NamedVoice,
     Sampling,
+    UtteranceOptions,
     UtteranceParser,
     checkpoint_dir,
     read_manifest,
@@ -57,13 +61,19 @@ from .chattts_config import (
     verify_checkpoint,
 )
 from .chattts_loop import Generation, StreamDecoder, StreamWindows, decode_rows
-from .chattts_model import LoadedModel, Row, decorate_prompt
+from .chattts_model import LoadedModel, Row, decorate_prompt, encode_clip
+from .chattts_speakers import (
+    MAX_CLIP_STEPS,
+    SpeakerBank,
+    clip_steps_of,
+    missing_clip,
+)
 from .chattts_steps import ChatTTSSteps, StepLimits
+from .speaker_clips import CLIPS, MIN_CLIP_S, SpeakerClips
 
 log = logging.getLogger(__name__)
 _UPSTREAM_LOG = logging.getLogger(f"{__name__}.upstream")
 """ChatTTS's own logger. At ERROR: its warnings quote the user's text."""
-_SEED_SPEAKERS_KEPT = 1024
 T = TypeVar("T")
 
 
@@ -148,9 +158,7 @@ def build_config(manifest: Manifest) -> Any:
 @dataclass(slots=True)
 class _Loaded:
     model: LoadedModel
-    named_speakers: dict[str, torch.Tensor]
-    speaker_std: torch.Tensor
-    speaker_mean: torch.Tensor
+    speakers: SpeakerBank
 
 
 class ChatTTSEngine(Engine):
@@ -162,10 +170,14 @@ class ChatTTSEngine(Engine):
     max_speed = MAX_SPEED
     seed_voices = True
     steps = True
+    voice_kinds = VOICE_KINDS
 
-    def __init__(self, settings: ChatTTSSettings, *, device: str = "cpu") -> None:
+    def __init__(
+        self, settings: ChatTTSSettings, *, device: str = "cpu", clips: SpeakerClips = CLIPS
+    ) -> None:
         """``settings``: the process's ``chattts`` section; ``device``: the process's device
-        (a worker's ``--device``, ``VOICELANE_DEVICE``), ``cpu`` or ``cuda:N``."""
+        (a worker's ``--device``, ``VOICELANE_DEVICE``), ``cpu`` or ``cuda:N``; ``clips``:
+        where tenant voices' reference clips are found (the process's store)."""
         if settings.half and not device.startswith("cuda"):
             raise ModelLoadError(
                 f"VOICELANE_CHATTTS__HALF: half needs a CUDA device (the device is {device})"
@@ -194,8 +206,8 @@ class ChatTTSEngine(Engine):
                 f"VOICELANE_CHATTTS__DEFAULT_VOICE={settings.default_voice}: {error}"
             ) from None
         self._voices = self._list_voices()
+        self._clips = clips
         self._loaded: _Loaded | None = None
-        self._seed_speakers: OrderedDict[int, torch.Tensor] = OrderedDict()
         if _UPSTREAM_LOG.level == logging.NOTSET:
             _UPSTREAM_LOG.setLevel(logging.ERROR)
 
@@ -218,7 +230,37 @@ class ChatTTSEngine(Engine):
         return list(self._voices)
 
     def validate(self, utterance: Utterance) -> None:
-        self._parser.parse(utterance)
+        self._check_speaker(self._parser.parse(utterance))
+
+    def _check_speaker(self, option: UtteranceOptions) -> None:
+        """What of a tenant's voice can be checked off the engine's thread: an embedding's
+        size (once loaded), the reference clip's presence, an encoder for it."""
+        speaker = option.speaker
+        loaded = self._loaded  # read once: the engine's thread may swap it
+        if speaker is None or loaded is None:
+            if speaker is not None and speaker.clip_ref:
+                self._require_clip(None, speaker.clip_ref)
+            return
+        if speaker.clip_ref:
+            loaded.speakers.require_encoder()
+            self._require_clip(loaded, speaker.clip_ref)
+            return
+        for part in speaker.parts:
+            if part.source.startswith(EMBEDDING_PREFIX):
+                loaded.speakers.check_embedding(part.source.removeprefix(EMBEDDING_PREFIX))
+
+    def _require_clip(self, loaded: _Loaded | None, ref: str) -> None:
+        if self._clip_steps(loaded, ref) is None:
+            raise missing_clip(ref)
+
+    def _clip_steps(self, loaded: _Loaded | None, ref: str) -> int | None:
+        """A reference clip's audio tokens: known once encoded, else from its samples in
+        the store; None when it is in neither."""
+        steps = loaded.speakers.clip_steps(ref) if loaded is not None else None
+        if steps is not None:
+            return steps
+        pcm = self._clips.get(ref)
+        return None if pcm is None else clip_steps_of(pcm.size)
 
     def batch_key(self, utterance: Utterance) -> Hashable:
         return self._parser.parse(utterance).batch_key
@@ -254,10 +296,11 @@ class ChatTTSEngine(Engine):
     def _warm_up(self, loaded: _Loaded) -> None:
         """What the first utterance of a process would otherwise pay, paid at load: the text
         normaliser's numba compilation (~3 s on a CPU) and the first pass through the GPT,
-        decoder and vocoder. The batcher's readiness (``start``) waits for it."""
+        decoder and vocoder (and the DVAE encoder, for the first zero-shot voice). The
+        batcher's readiness (``start``) waits for it."""
         row = Row(
             prompt=decorate_prompt(self._normalize(loaded, "Hello. 你好。"), 5, True),
-            speaker=self._speaker(loaded, self._parser.resolve_voice("auto")),
+            speaker=loaded.speakers.embedding(self._parser.resolve_voice("auto")),
             seed=0,
             min_new_tokens=2,
             max_new_tokens=2,
@@ -269,6 +312,9 @@ class ChatTTSEngine(Engine):
             repetition_penalty=self.settings.repetition_penalty,
         )
         self._guarded(lambda: _render_whole(loaded.model, [row], sampling))
+        if loaded.speakers.encodes_clips:  # the DVAE encoder's first pass (zero-shot voices)
+            silence = np.zeros(int(MIN_CLIP_S * CLIP_SAMPLE_RATE_HZ), dtype=np.float32)
+            self._guarded(lambda: encode_clip(loaded.model, silence))
 
     def _load(self, chattts: Any) -> _Loaded:
         settings = self.settings
@@ -291,12 +337,15 @@ class ChatTTSEngine(Engine):
             chat.gpt.gpt.half()
         model = LoadedModel(chat, device)
         log.info("ChatTTS loaded from %s on %s", directory, device)
-        return _Loaded(
-            model=model,
-            named_speakers=self._named_speakers(chat, model.hidden_size),
-            speaker_std=chat.speaker.std.detach().cpu(),
-            speaker_mean=chat.speaker.mean.detach().cpu(),
+        speakers = SpeakerBank(
+            model,
+            self._named_speakers(chat, model.hidden_size),
+            normalize=lambda text: self._normalize_with(model, text),
+            clips=self._clips,
         )
+        if not speakers.encodes_clips:
+            log.warning("%s: the DVAE has no encoder: no voices from reference clips", directory)
+        return _Loaded(model=model, speakers=speakers)
 
     def unload(self) -> None:
         """Drop every reference to the model and give its memory back.
@@ -307,7 +356,6 @@ class ChatTTSEngine(Engine):
         ``torch.cuda.memory_allocated`` returns to where it was before ``load``.
         """
         loaded, self._loaded = self._loaded, None
-        self._seed_speakers.clear()
         if loaded is None:
             return
         device = loaded.model.device
@@ -360,34 +408,28 @@ class ChatTTSEngine(Engine):
 
     # ---- inference (the batcher's thread) ---------------------------------------------------
 
-    def speaker_embedding(self, voice: str) -> torch.Tensor:
-        """The speaker embedding (float16, CPU) a voice id stands for, e.g. to save a seed
-        voice into a voices file. Needs the model loaded."""
-        return self._speaker(self._require(), self._parser.resolve_voice(voice)).clone()
-
-    def _speaker(self, loaded: _Loaded, voice: str) -> torch.Tensor:
-        """A named voice's embedding, or ``seed:N``'s: ChatTTS's ``sample_random_speaker``
-        with torch's CPU generator seeded N (the same on every device and machine)."""
-        seed = seed_of(voice)
-        if seed is None:
-            return loaded.named_speakers[voice]
-        speaker = self._seed_speakers.get(seed)
-        if speaker is None:
-            generator = torch.Generator().manual_seed(seed)
-            std, mean = loaded.speaker_std, loaded.speaker_mean
-            noise = torch.randn(std.shape, generator=generator, dtype=std.dtype)
-            speaker = noise.mul_(std).add_(mean)
-            self._seed_speakers[seed] = speaker
-            if len(self._seed_speakers) > _SEED_SPEAKERS_KEPT:
-                self._seed_speakers.popitem(last=False)
-        self._seed_speakers.move_to_end(seed)
-        return speaker
+    def speaker_embedding(self, voice: str | SpeakerDef) -> torch.Tensor:
+        """The speaker embedding (float16, CPU) a voice id, or a tenant's voice made of parts
+        (a mix), stands for, e.g. to save a seed voice into a voices file or a mix as an
+        ``emb:`` string (:func:`voicelane.core.speaker_embedding.encode_spk_emb`). Needs
+        the model loaded; a clip voice has none (InvalidInputError)."""
+        loaded = self._require()
+        if isinstance(voice, str):
+            return loaded.speakers.embedding(self._parser.resolve_voice(voice)).clone()
+        if voice.clip_ref:
+            raise InvalidInputError("voice: a voice from a reference clip has no embedding")
+        made = loaded.speakers.voice("", self._parser.resolve_speaker(voice))
+        assert made.embedding is not None  # parts make an embedding
+        return made.embedding.clone()
 
     def _normalize(self, loaded: _Loaded, text: str) -> str:
+        return self._normalize_with(loaded.model, text)
+
+    def _normalize_with(self, model: LoadedModel, text: str) -> str:
         settings = self.settings
         if not (settings.normalize_text or settings.homophone_replacement):
             return text
-        normalized: str = loaded.model.chat.normalizer(
+        normalized: str = model.chat.normalizer(
             text, settings.normalize_text, settings.homophone_replacement
         )
         return normalized
@@ -401,22 +443,37 @@ class ChatTTSEngine(Engine):
         return [row for row, _sampling in planned], sampling
 
     def _plan_row(self, loaded: _Loaded, utterance: Utterance) -> tuple[Row, Sampling]:
+        """The row of an utterance: its voice made (a tenant's voice: mixed, or its clip
+        encoded; cached), its text normalised, its budgets. Permanent errors for a voice
+        that cannot be made; out of memory (encoding a clip) as EngineOutOfMemoryError."""
         option = self._parser.parse(utterance)
+        voice = self._guarded(lambda: loaded.speakers.voice(option.voice, option.speaker))
         row = Row(
             prompt=decorate_prompt(
-                self._normalize(loaded, utterance.text), option.speed_level, True
+                self._normalize(loaded, utterance.text),
+                option.speed_level,
+                voice.embedding is not None,
+                voice.sample_text,
             ),
-            speaker=self._speaker(loaded, option.voice),
+            speaker=voice.embedding,
             seed=option.seed,
             min_new_tokens=option.min_new_tokens,
             max_new_tokens=option.max_new_tokens,
+            audio_prompt=voice.audio_prompt,
         )
         return row, option.sampling
 
     def reserved_tokens(self, utterance: Utterance) -> int:
         """What a row reserves of ``kv_budget_tokens``: its token budget plus its prompt
-        (estimated as its characters plus ChatTTS's control tokens)."""
-        return self._parser.parse(utterance).max_new_tokens + len(utterance.text) + 16
+        (estimated as its characters plus ChatTTS's control tokens; with a reference clip,
+        its transcript and audio tokens: the longest clip's when the clip is not known)."""
+        option = self._parser.parse(utterance)
+        tokens = option.max_new_tokens + len(utterance.text) + 16
+        speaker = option.speaker
+        if speaker is not None and speaker.clip_ref:
+            steps = self._clip_steps(self._loaded, speaker.clip_ref)
+            tokens += len(speaker.clip_transcript) + (MAX_CLIP_STEPS if steps is None else steps)
+        return tokens
 
     def open_steps(self) -> ChatTTSSteps:
         """A new running batch on the loaded model (continuous batching)."""

@@ -15,6 +15,8 @@ The engine itself (torch, ChatTTS) is in :mod:`voicelane.workers.engines.chattts
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -32,6 +34,9 @@ from voicelane.common.errors import (
 )
 from voicelane.core.rules import DEFAULT_VOICE, MAX_SEED, SEED_VOICE_PREFIX, check_speed, seed_of
 from voicelane.core.settings import ChatTTSSettings
+from voicelane.core.speaker_embedding import SpeakerValues, decode_spk_emb
+from voicelane.core.speakers import EMBEDDING_PREFIX, SpeakerDef
+from voicelane.core.voices import check_transcript
 
 from .base import Utterance, VoiceInfo
 
@@ -56,6 +61,8 @@ DEFAULT_SPEED_LEVEL = 5
 """ChatTTS's ``[speed_5]``: the default prompt."""
 MIN_SPEED = 0.1
 MAX_SPEED = 1.9
+CUSTOM_VOICE_PREFIX = "custom:"
+"""The voice id of an utterance that carries a :class:`SpeakerDef`: ``custom:<digest>``."""
 
 _VOICE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 _SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -257,10 +264,20 @@ class Sampling:
     repetition_penalty: float
 
 
+@functools.lru_cache(maxsize=256)
+def decoded_embedding(spk_emb: str) -> SpeakerValues:
+    """A ``spk_emb`` string's values (read-only; cached: an utterance is parsed several times
+    on its way, and a tenant's voice comes back often). InvalidInputError when malformed."""
+    values = decode_spk_emb(spk_emb)
+    values.setflags(write=False)
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class UtteranceOptions:
     voice: str
-    """The resolved voice id (``auto`` replaced by the default voice)."""
+    """The resolved voice id (``auto`` replaced by the default voice; ``custom:<digest>``
+    for a :attr:`speaker`)."""
     speed_level: int
     """ChatTTS's ``[speed_N]`` prompt, 0 to 9."""
     seed: int | None
@@ -268,6 +285,9 @@ class UtteranceOptions:
     min_new_tokens: int
     max_new_tokens: int
     """Per item: items of one batch may have different budgets."""
+    speaker: SpeakerDef | None = None
+    """A tenant's voice or a mix (checked: every part's source resolves, ``auto`` and
+    named voices replaced by what they mean; embeddings decode)."""
 
     @property
     def batch_key(self) -> tuple[object, ...]:
@@ -321,9 +341,30 @@ class UtteranceParser:
             "(and any seed:N is a voice)"
         )
 
+    def resolve_speaker(self, speaker: SpeakerDef) -> SpeakerDef:
+        """``speaker`` with every part's source resolved (``auto`` → the default voice),
+        after checking that each is a seed voice, a named voice or a well-formed embedding,
+        and that a clip's transcript is within bounds. Permanent errors otherwise."""
+        if speaker.clip_ref:
+            check_transcript(speaker.clip_transcript)
+            return speaker
+        parts = []
+        for part in speaker.parts:
+            if part.source.startswith(EMBEDDING_PREFIX):
+                decoded_embedding(part.source.removeprefix(EMBEDDING_PREFIX))
+                parts.append(part)
+            else:
+                parts.append(dataclasses.replace(part, source=self.resolve_voice(part.source)))
+        return dataclasses.replace(speaker, parts=tuple(parts))
+
     def parse(self, utterance: Utterance) -> UtteranceOptions:
         settings = self.settings
-        voice = self.resolve_voice(utterance.voice)
+        speaker = None
+        if utterance.speaker is None:
+            voice = self.resolve_voice(utterance.voice)
+        else:
+            speaker = self.resolve_speaker(utterance.speaker)
+            voice = f"{CUSTOM_VOICE_PREFIX}{utterance.speaker.digest}"
         check_speed(utterance.speed, MIN_SPEED, MAX_SPEED)
         if utterance.seed is not None and not 0 <= utterance.seed <= MAX_SEED:
             raise InvalidInputError(f"seed must be from 0 to {MAX_SEED}")
@@ -353,4 +394,5 @@ class UtteranceParser:
             ),
             min_new_tokens=max(1, min(min_tokens, max_tokens)),
             max_new_tokens=max_tokens,
+            speaker=speaker,
         )

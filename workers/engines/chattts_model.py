@@ -34,14 +34,26 @@ class Row:
     seed: int | None
     min_new_tokens: int
     max_new_tokens: int
+    audio_prompt: torch.Tensor | None = None
+    """A reference clip's audio tokens (num_vq, clip steps), after the text of the prompt:
+    ChatTTS's ``spk_smp`` (zero-shot; the prompt then holds the clip's transcript)."""
 
 
-def decorate_prompt(text: str, speed_level: int, with_speaker: bool) -> str:
-    """ChatTTS's code prompt (``Speaker.decorate_code_prompts`` with ``[speed_N]``)."""
-    for tag in ("[Stts]", "[spk_emb]", "[empty_spk]"):
+_PROMPT_TAGS = ("[Stts]", "[spk_emb]", "[empty_spk]")
+
+
+def _untagged(text: str) -> str:
+    for tag in _PROMPT_TAGS:
         text = text.replace(tag, "")
+    return text.strip()
+
+
+def decorate_prompt(text: str, speed_level: int, with_speaker: bool, sample_text: str = "") -> str:
+    """ChatTTS's code prompt (``Speaker.decorate_code_prompts`` with ``[speed_N]``); with a
+    reference clip, its transcript (``txt_smp``) before the speed."""
     speaker = "[spk_emb]" if with_speaker else "[empty_spk]"
-    return f"[Stts]{speaker}[speed_{speed_level}]{text.strip()}[Ptts]"
+    sample = _untagged(sample_text)
+    return f"[Stts]{speaker}{sample}[speed_{speed_level}]{_untagged(text)}[Ptts]"
 
 
 class LoadedModel:
@@ -78,17 +90,45 @@ def embed_prompts(model: LoadedModel, rows: Sequence[Row]) -> tuple[torch.Tensor
     hidden), attention mask (rows, tokens))``, each row's speaker embedding in place of its
     ``[spk_emb]`` token (ChatTTS's own way of embedding a batch)."""
     chat = model.chat
-    input_ids, attention_mask, text_mask = chat.tokenizer.encode(
-        [row.prompt for row in rows], model.num_vq, device=model.device
-    )
+    if all(row.audio_prompt is None for row in rows):
+        input_ids, attention_mask, text_mask = chat.tokenizer.encode(
+            [row.prompt for row in rows], model.num_vq, device=model.device
+        )
+    else:
+        input_ids, attention_mask, text_mask = _encode_each(model, rows)
     embeds = chat.embed(input_ids, text_mask)
     for index, row in enumerate(rows):
         if row.speaker is None:
             continue
         speaker = F.normalize(row.speaker, p=2.0, dim=0, eps=1e-12).to(model.device)
-        where = input_ids[index, :, 0].eq(model.spk_emb_id)
+        where = input_ids[index, :, 0].eq(model.spk_emb_id) & text_mask[index]
         embeds[index, where] = speaker.to(embeds.dtype)
     return embeds, attention_mask
+
+
+def _encode_each(
+    model: LoadedModel, rows: Sequence[Row]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ChatTTS's tokenizer takes one audio prompt per call: each row alone (its clip's
+    tokens after its text), then left-padded as the tokenizer pads a batch."""
+    encoded = [
+        model.chat.tokenizer.encode(
+            [row.prompt], model.num_vq, prompt=row.audio_prompt, device=model.device
+        )
+        for row in rows
+    ]
+    width = max(int(ids.shape[1]) for ids, _mask, _text in encoded)
+    input_ids = torch.zeros(
+        (len(rows), width, model.num_vq), dtype=encoded[0][0].dtype, device=model.device
+    )
+    attention_mask = torch.zeros((len(rows), width), dtype=encoded[0][1].dtype, device=model.device)
+    text_mask = torch.zeros((len(rows), width), dtype=torch.bool, device=model.device)
+    for index, (ids, mask, text) in enumerate(encoded):
+        length = int(ids.shape[1])
+        input_ids[index, width - length :] = ids[0]
+        attention_mask[index, width - length :] = mask[0]
+        text_mask[index, width - length :] = text[0]
+    return input_ids, attention_mask, text_mask
 
 
 def prompt_embeddings(model: LoadedModel, row: Row) -> torch.Tensor:
@@ -96,6 +136,19 @@ def prompt_embeddings(model: LoadedModel, row: Row) -> torch.Tensor:
     embeds, _mask = embed_prompts(model, [row])
     embedded: torch.Tensor = embeds[0]
     return embedded
+
+
+@torch.inference_mode()
+def encode_clip(model: LoadedModel, pcm: np.ndarray) -> torch.Tensor:
+    """A reference clip (mono float32 at 24 kHz) → its audio tokens (num_vq, steps), long,
+    on the CPU: ChatTTS's ``sample_audio_speaker`` (DVAE encoder, then its quantizer)
+    without the string round trip. ValueError when the checkpoint's DVAE has no encoder."""
+    dvae = model.chat.dvae
+    if getattr(dvae, "encoder", None) is None or dvae.vq_layer is None:
+        raise ValueError("the checkpoint's DVAE has no encoder")
+    wav = torch.from_numpy(np.array(pcm, dtype=np.float32))  # a copy: the store's is read-only
+    tokens: torch.Tensor = dvae.sample_audio(wav)
+    return tokens.to(device="cpu", dtype=torch.long)
 
 
 @torch.inference_mode()

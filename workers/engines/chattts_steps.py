@@ -263,7 +263,7 @@ class ChatTTSSteps(StepSession):
 
     def progress(self, handle: int) -> tuple[int, int, int]:
         """A row's (prompt tokens prefilled, prompt tokens, audio tokens): for tests and
-        benchmarks. The prompt length is 0 until the row's first step plans it."""
+        benchmarks. The prompt length is 0 until the row's first step embeds it."""
         state = self._rows[handle]
         return state.prefilled, state.prompt_tokens, state.steps
 
@@ -272,9 +272,19 @@ class ChatTTSSteps(StepSession):
         return budget is None or self._reserved + self._estimate(utterance) <= budget
 
     def admit(self, handle: int, utterance: Utterance, *, stream: bool) -> None:
+        """Plan the row now (voice, normalised prompt, budgets): a voice that cannot be made
+        (a tenant's missing clip, an embedding of the wrong size) fails this row alone."""
         if handle in self._rows:
             raise ValueError(f"row {handle} is already in the running batch")
-        state = _RowState(handle, utterance, stream, reserved_tokens=self._estimate(utterance))
+        row, sampling = self._plan(utterance)
+        state = _RowState(
+            handle,
+            utterance,
+            stream,
+            row=row,
+            sampling=sampling,
+            reserved_tokens=self._estimate(utterance),
+        )
         self._rows[handle] = state
         self._reserved += state.reserved_tokens
 
@@ -354,7 +364,7 @@ class ChatTTSSteps(StepSession):
         for state in states:
             if state.decoding or state.steps > 0:
                 continue
-            if state.row is None:
+            if state.embeds is None:
                 self._prepare(state)
             assert state.embeds is not None
             done = state.prefilled
@@ -377,11 +387,10 @@ class ChatTTSSteps(StepSession):
         return result
 
     def _prepare(self, state: _RowState) -> None:
-        """Plan the row (voice, normalised prompt, budgets), embed its prompt, draw its noise."""
+        """Embed the row's prompt (planned at admission), make its buffers, draw its noise."""
         model = self.model
-        row, sampling = self._plan(state.utterance)
+        row = _row(state)
         embeds = prompt_embeddings(model, row)
-        state.row, state.sampling = row, sampling
         state.embeds = embeds
         state.prompt_tokens = int(embeds.shape[0])
         capacity = min(row.max_new_tokens, _FIRST_HIDDEN_CAPACITY)

@@ -328,7 +328,7 @@ class SpeechClient:
                 await retrier.pause(remote_error(exc), failures)
                 continue
             return [
-                VoiceInfo(v.id, v.name, tuple(v.languages), response.engine)
+                VoiceInfo(v.id, v.name, tuple(v.languages), v.engine or response.engine)
                 for v in response.voices
             ]
 

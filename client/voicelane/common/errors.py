@@ -210,6 +210,16 @@ class StreamExistsError(VoicelaneError):
     grpc_status = "ALREADY_EXISTS"
 
 
+class VoiceExistsError(VoicelaneError):
+    """Raised when a tenant creates a voice under a name it already has."""
+
+    code = "voice_exists"
+    permanent = True
+    http_status = 409
+    grpc_status = "ALREADY_EXISTS"
+    exit_status = 2
+
+
 class LinkError(VoicelaneError):
     """Raised when a local download link must not be served."""
 

@@ -35,6 +35,8 @@ def test_limits_per_route() -> None:
     assert LIMITS("DELETE", "/v1/jobs/x") == LIMITS("POST", "/other") == 64 * 1024
     assert LIMITS("PUT", "/v1/lexicons/brands") == 2 * 1024 * 1024
     assert LIMITS("PUT", "/v1/lexicons/brands/default") == 64 * 1024
+    assert LIMITS("POST", "/v1/voices") == LIMITS("POST", "/v1/voices/") == 10 * 1024 * 1024
+    assert LIMITS("DELETE", "/v1/voices/alice") == LIMITS("POST", "/v1/voices/x") == 64 * 1024
 
 
 def test_a_body_within_the_limit_passes() -> None:

@@ -257,6 +257,14 @@ def test_a_gpu_engine_gets_one_render_worker(monkeypatch: pytest.MonkeyPatch) ->
     assert StackSettings().render_worker_count() == 1
 
 
+def test_cpu_engines_served_together_share_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VOICELANE_RENDER_WORKERS", raising=False)
+    stack = StackSettings(engines="piper,espeak,chattts")
+    assert stack.render_worker_count("piper") == max(1, cores() // 2)
+    assert stack.render_worker_count("espeak") == max(1, cores() // 2)
+    assert stack.render_worker_count("chattts") == 1
+
+
 def test_the_operator_picks_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VOICELANE_RENDER_WORKERS", "3")
     assert StackSettings(engine="espeak").render_worker_count() == 3

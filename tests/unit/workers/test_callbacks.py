@@ -281,7 +281,9 @@ def final_job(callback_url: str | None, state: JobState = JobState.DONE) -> Job:
     )
 
 
-def no_enqueue(task: str, *args: str | int, countdown_s: float | None = None) -> None:
+def no_enqueue(
+    task: str, *args: str | int, countdown_s: float | None = None, queue: str | None = None
+) -> None:
     pass
 
 

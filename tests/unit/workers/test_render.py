@@ -31,7 +31,7 @@ TEXT = (
 
 @pytest.fixture(scope="module")
 def renderer() -> Iterator[EmbeddedRenderer]:
-    with EmbeddedRenderer(EmbeddedSettings()) as r:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak")) as r:
         yield r
 
 

@@ -34,7 +34,7 @@ BREAK_TOLERANCE_MS = 50
 
 @pytest.fixture(scope="module")
 def renderer() -> Iterator[EmbeddedRenderer]:
-    with EmbeddedRenderer(EmbeddedSettings(paragraph_pause_s=0.9)) as r:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak", paragraph_pause_s=0.9)) as r:
         yield r
 
 

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SynthesizeRequest(_message.Message):
-    __slots__ = ("text", "voice", "sample_rate_hz", "request_id", "client_ts_ms", "speed", "resume_after_seq", "pace", "normalize", "ssml", "lexicons")
+    __slots__ = ("text", "voice", "sample_rate_hz", "request_id", "client_ts_ms", "speed", "resume_after_seq", "pace", "normalize", "ssml", "lexicons", "seed")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     VOICE_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class SynthesizeRequest(_message.Message):
     NORMALIZE_FIELD_NUMBER: _ClassVar[int]
     SSML_FIELD_NUMBER: _ClassVar[int]
     LEXICONS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     text: str
     voice: str
     sample_rate_hz: int
@@ -30,7 +31,8 @@ class SynthesizeRequest(_message.Message):
     normalize: bool
     ssml: bool
     lexicons: Lexicons
-    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., request_id: _Optional[str] = ..., client_ts_ms: _Optional[int] = ..., speed: _Optional[float] = ..., resume_after_seq: _Optional[int] = ..., pace: _Optional[bool] = ..., normalize: _Optional[bool] = ..., ssml: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ...) -> None: ...
+    seed: int
+    def __init__(self, text: _Optional[str] = ..., voice: _Optional[str] = ..., sample_rate_hz: _Optional[int] = ..., request_id: _Optional[str] = ..., client_ts_ms: _Optional[int] = ..., speed: _Optional[float] = ..., resume_after_seq: _Optional[int] = ..., pace: _Optional[bool] = ..., normalize: _Optional[bool] = ..., ssml: _Optional[bool] = ..., lexicons: _Optional[_Union[Lexicons, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class Lexicons(_message.Message):
     __slots__ = ("names",)
@@ -147,14 +149,16 @@ class ListVoicesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Voice(_message.Message):
-    __slots__ = ("id", "name", "languages")
+    __slots__ = ("id", "name", "languages", "engine")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     LANGUAGES_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     languages: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ...) -> None: ...
+    engine: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., languages: _Optional[_Iterable[str]] = ..., engine: _Optional[str] = ...) -> None: ...
 
 class ListVoicesResponse(_message.Message):
     __slots__ = ("engine", "voices")

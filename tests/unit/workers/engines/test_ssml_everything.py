@@ -45,7 +45,7 @@ def document(other_voice: str) -> str:
 
 @pytest.fixture(scope="module")
 def espeak() -> Iterator[EmbeddedRenderer]:
-    with EmbeddedRenderer(EmbeddedSettings(paragraph_pause_s=0)) as renderer:
+    with EmbeddedRenderer(EmbeddedSettings(engine="espeak", paragraph_pause_s=0)) as renderer:
         yield renderer
 
 
