@@ -167,7 +167,7 @@ def measure(name: str, *, quick: bool, items: int, repeat: int) -> EngineResult:
     sentences = load_sentences()
     rss_before = _status_kib("VmRSS")
     started = time.perf_counter()
-    engine = create_engine(name, device="cpu", chattts=settings.chattts)
+    engine = create_engine(name, device="cpu", chattts=settings.chattts, piper=settings.piper)
     engine.load()
     load_s = time.perf_counter() - started
     voice = english_voice(engine)
@@ -210,7 +210,7 @@ def unavailable(name: str, settings: EmbeddedSettings) -> str | None:
     if name == "chattts" and settings.chattts.dir is None:
         return "no checkpoint: set VOICELANE_CHATTTS__DIR (no weights can be downloaded here)"
     try:
-        create_engine(name, device="cpu", chattts=settings.chattts)
+        create_engine(name, device="cpu", chattts=settings.chattts, piper=settings.piper)
     except Exception as exc:  # the reason is the report
         return f"cannot be created: {exc}"
     return None
