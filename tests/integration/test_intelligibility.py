@@ -21,8 +21,7 @@ guard against a broken resampler, codec or text pipeline, not an absolute qualit
 * piper (en_US-joe-medium), measured 0.11-0.16 on every path in two runs (the issue: 0.11;
   piper-tts 1.8 wrapped as an engine, before the piper engine was merged; Piper samples noise,
   so its audio differs from run to run) → 0.35 on each.
-  The case runs where ``create_engine`` knows ``piper`` (``ENGINE_NAMES``); without its extra
-  it is skipped, and fails when ``CI`` is set.
+  Without the piper extra the case is skipped, and fails when ``CI`` is set.
 * chattts is not measured: no real weights can be downloaded here, and the tiny random-weight
   checkpoint of the tests speaks noise (pocketsphinx hears nothing: WER 1.0 whatever the
   pipeline does), so its case is skipped, with that reason.
@@ -31,7 +30,6 @@ guard against a broken resampler, codec or text pipeline, not an absolute qualit
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.util
 import os
 import tempfile
@@ -41,8 +39,9 @@ import numpy as np
 import pytest
 
 from voicelane.common.audio import AudioFormat, StreamResampler
+from voicelane.core.engines import engine_installed
 from voicelane.workers import render
-from voicelane.workers.engines import ENGINE_NAMES, PcmF32
+from voicelane.workers.engines import PcmF32
 
 pytestmark = pytest.mark.slow
 
@@ -80,26 +79,18 @@ CHATTTS_REASON = (
 Audio = dict[str, list[tuple[PcmF32, int]]]
 
 
-def engine_cases() -> list[object]:
-    """espeak always; piper where ``create_engine`` knows it; chattts skipped (its reason)."""
-    cases: list[object] = ["espeak"]
-    if "piper" in ENGINE_NAMES:
-        cases.append("piper")
-    cases.append(pytest.param("chattts", marks=pytest.mark.skip(reason=CHATTTS_REASON)))
-    return cases
+ENGINE_CASES: list[object] = [
+    "espeak",
+    "piper",
+    pytest.param("chattts", marks=pytest.mark.skip(reason=CHATTTS_REASON)),
+]
 
 
 def require_engine(name: str) -> None:
     """Skip an engine whose extra is not installed — except under CI, where that fails."""
-    if name == "espeak" or importlib.util.find_spec(f"voicelane.workers.engines.{name}"):
-        try:
-            importlib.import_module(f"voicelane.workers.engines.{name}")
-            return
-        except ImportError as exc:
-            missing = str(exc)
-    else:
-        missing = f"no module voicelane.workers.engines.{name}"
-    message = f"the {name} engine cannot be imported ({missing})"
+    if engine_installed(name):
+        return
+    message = f"the {name} extra is not installed (pip install -e '.[{name}]')"
     if os.environ.get("CI"):
         pytest.fail(f"CI is set and {message}", pytrace=False)
     pytest.skip(message)
@@ -124,7 +115,7 @@ def explain(report: WerReport) -> str:
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("engine", engine_cases())
+@pytest.mark.parametrize("engine", ENGINE_CASES)
 def test_wer_stays_below_the_engines_bound(engine: str, path: str) -> None:
     require_engine(engine)
     report = measured(engine, path)
