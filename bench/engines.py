@@ -6,7 +6,8 @@ another's), on the sentence set of the intelligibility check
 
 * **real-time factor** (wall seconds per audio second; lower is faster) of the engine's own
   ``synthesize`` on the sentences cycled to ``--items`` utterances, at batch sizes 1, 2, 4 ...
-  64 (the fastest of up to five passes while a size has run under 2 s in all): at batch 1
+  64 (the fastest of two to five passes, the sizes in turn ascending and descending; the CPU
+  seconds of that pass too, which other work on the machine changes less): at batch 1
   and at the best batch, and the throughput the best batch buys over batch 1 (the batcher
   caps an engine's batch at its ``max_batch``: espeak renders one utterance after the other,
   so it is capped at 1);
@@ -66,10 +67,17 @@ class BatchRun:
     batch: int
     wall_s: float
     audio_s: float
+    cpu_s: float
+    """CPU seconds of the whole process (every thread) during the run: what other work on a
+    shared machine changes less than the wall time."""
 
     @property
     def rtf(self) -> float:
         return self.wall_s / self.audio_s
+
+    @property
+    def cpu_rtf(self) -> float:
+        return self.cpu_s / self.audio_s
 
 
 @dataclass
@@ -117,31 +125,38 @@ def _status_kib(key: str) -> int:
     raise KeyError(key)
 
 
+def one_pass(engine: Engine, utterances: Sequence[Utterance], size: int) -> BatchRun:
+    """``synthesize`` on all ``utterances`` in calls of ``size``."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    samples = 0
+    for i in range(0, len(utterances), size):
+        samples += sum(len(pcm) for pcm in engine.synthesize(utterances[i : i + size]))
+    return BatchRun(
+        size,
+        time.perf_counter() - started,
+        samples / engine.sample_rate_hz,
+        time.process_time() - cpu_started,
+    )
+
+
 def batch_runs(
-    engine: Engine, utterances: Sequence[Utterance], sizes: Sequence[int]
+    engine: Engine, utterances: Sequence[Utterance], sizes: Sequence[int], *, min_passes: int
 ) -> list[BatchRun]:
-    """``synthesize`` on all ``utterances`` in calls of each batch size: the fastest of up to
-    :data:`MAX_PASSES` passes, repeated while a size has run for less than
-    :data:`MIN_TIMED_S` in all (a fast engine's pass is a fraction of a second: one pass
-    would be mostly the machine's noise)."""
-    runs: list[BatchRun] = []
-    for size in sizes:
-        best: BatchRun | None = None
-        timed_s = 0.0
-        for _ in range(MAX_PASSES):
-            started = time.perf_counter()
-            samples = 0
-            for i in range(0, len(utterances), size):
-                samples += sum(len(pcm) for pcm in engine.synthesize(utterances[i : i + size]))
-            run = BatchRun(size, time.perf_counter() - started, samples / engine.sample_rate_hz)
-            timed_s += run.wall_s
-            if best is None or run.wall_s < best.wall_s:
-                best = run
-            if timed_s >= MIN_TIMED_S:
-                break
-        assert best is not None
-        runs.append(best)
-    return runs
+    """Each batch size's fastest pass. The sizes run in rounds, in turn ascending and
+    descending (a load that changes during the run favours no size), at least ``min_passes``
+    rounds and more, up to :data:`MAX_PASSES`, while a size has run under
+    :data:`MIN_TIMED_S` in all (a fast engine's pass is a fraction of a second)."""
+    best: dict[int, BatchRun] = {}
+    timed_s = dict.fromkeys(sizes, 0.0)
+    for round_index in range(MAX_PASSES):
+        if round_index >= min_passes and min(timed_s.values()) >= MIN_TIMED_S:
+            break
+        for size in sizes if round_index % 2 == 0 else list(reversed(sizes)):
+            run = one_pass(engine, utterances, size)
+            timed_s[size] += run.wall_s
+            if size not in best or run.wall_s < best[size].wall_s:
+                best[size] = run
+    return [best[size] for size in sizes]
 
 
 def first_audio_s(renderer: EmbeddedRenderer, utterance: Utterance, repeat: int) -> float:
@@ -175,7 +190,7 @@ def measure(name: str, *, quick: bool, items: int, repeat: int) -> EngineResult:
     rss_load = _status_kib("VmRSS") - rss_before
     utterances = [Utterance(text, voice) for text in islice(cycle(sentences), items)]
     sizes = [s for s in (QUICK_BATCH_SIZES if quick else BATCH_SIZES) if s <= items]
-    batches = batch_runs(engine, utterances, sizes)
+    batches = batch_runs(engine, utterances, sizes, min_passes=1 if quick else 2)
     rss_peak = _status_kib("VmHWM") - rss_before  # before the renderer and the listener
     engine.unload()  # the renderer's batcher loads it again, on its own thread
     paths = PATHS[1:] if quick else PATHS
@@ -260,15 +275,19 @@ def print_tables(results: Sequence[EngineResult], *, per_sentence: bool) -> None
         )
     print()
     print("RTF: wall seconds per audio second (lower is faster); throughput = 1 / RTF.\n")
-    header("engine", "batch", "wall s", "audio s", "RTF", "x real time", "throughput vs batch 1")
+    header(
+        "engine", "batch", "wall s", "audio s", "RTF", "x real time", "throughput vs batch 1",
+        "CPU s", "CPU s per audio s",
+    )  # fmt: skip
     for r in results:
         for run in r.batches:
             print(
                 f"| {r.engine} | {run.batch} | {run.wall_s:.3f} | {run.audio_s:.1f} "
-                f"| {run.rtf:.4f} | {1 / run.rtf:.0f}x | {r.batch1.rtf / run.rtf:.2f}x |"
+                f"| {run.rtf:.4f} | {1 / run.rtf:.0f}x | {r.batch1.rtf / run.rtf:.2f}x "
+                f"| {run.cpu_s:.3f} | {run.cpu_rtf:.4f} |"
             )
         if r.max_batch is not None:
-            print(f"| {r.engine}: the batcher caps its batches at {r.max_batch} | | | | | | |")
+            print(f"| {r.engine}: the batcher caps its batches at {r.max_batch} |" + " |" * 8)
     if per_sentence:
         for r in results:
             for path, rows in r.heard.items():
