@@ -54,7 +54,7 @@ import threading
 import unicodedata
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -288,6 +288,12 @@ class PiperEngine(Engine):
         families = _SCRIPT_LANGUAGES.get(_script(utterance.text) or "", ())
         matching = [f.id for f in self._files.values() if f.language.split("-")[0] in families]
         return matching[0] if matching else self.default_voice
+
+    def batch_key(self, utterance: Utterance) -> Hashable:
+        """Rows share a run when they share a model file and a speed (the run's scales); seeds
+        and speakers are per row."""
+        voice = self._voices.get(self.voice_for(utterance))
+        return (voice.file.id if voice else utterance.voice, utterance.speed)
 
     def _resolve(self, utterance: Utterance) -> _Voice:
         voice_id = self.voice_for(utterance)

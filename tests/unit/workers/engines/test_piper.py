@@ -113,6 +113,12 @@ def test_unknown_voices_and_speeds_out_of_range_are_refused(engine: PiperEngine)
     engine.validate(Utterance("Hello.", DEFAULT_VOICE, speed=0.5))
 
 
+def test_seeds_share_a_batch_speeds_do_not(engine: PiperEngine) -> None:
+    key = engine.batch_key
+    assert key(Utterance("One.", JOE, seed=1)) == key(Utterance("Two.", DEFAULT_VOICE, seed=2))
+    assert key(Utterance("One.", JOE)) != key(Utterance("One.", JOE, speed=1.5))
+
+
 def test_auto_speaks_with_the_default_voice(engine: PiperEngine) -> None:
     assert engine.default_voice == JOE
     np.testing.assert_array_equal(
