@@ -93,6 +93,7 @@ bench: install
 	$(BIN)/python -m bench.jobs
 	$(BIN)/python -m bench.realtime
 	$(BIN)/python -m bench.chattts
+	$(BIN)/python -m bench.engines
 	$(BIN)/python -m bench.idle_unload
 
 clean: stop
