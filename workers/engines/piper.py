@@ -16,12 +16,14 @@ seed give the same audio, whatever shares the batch.
 **Runs.** Within one call the rows (one per utterance; a very long utterance is cut into rows
 of at most :data:`MAX_ROW_IDS` phoneme ids at word boundaries) are sorted by length and cut
 into runs of at most :attr:`PiperEngine.max_run_rows` rows: similar lengths share a run, so
-little is padding. ``bench/piper_batch.py`` measures what a run's size buys on the CPU
-(docs/engines.md, Piper).
+little is padding. On the CPU a run is one row and ``max_batch`` is 1: ``bench/piper_batch.py``
+measured every batched configuration slower there (the vocoder's convolutions already fill a
+core at batch 1; docs/engines.md, Piper). On a GPU, 16 rows (``PiperSettings.run_rows``).
 
 **Noise.** Piper draws two noises: over the phoneme ids (durations) and over the frames (the
 latent). Each row fills its share from ``numpy.random.default_rng((seed, part, k))``, where
-``seed`` is the utterance's seed (0 when none) and ``k`` the noise; a noise's values along
+``seed`` is the utterance's seed (0 when none) mixed with its text's CRC-32, ``part`` the row's
+place in its utterance and ``k`` the noise; a noise's values along
 time are a prefix-stable stream, so a row's noise does not depend on the padded length. The
 frames are not known before the run: each row gets noise for
 :data:`FRAMES_PER_ID_BOUND` frames per phoneme id (times the length scale), and a run whose

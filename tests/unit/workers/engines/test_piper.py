@@ -16,6 +16,7 @@ from voicelane.common.errors import ConfigError, InvalidInputError, UnknownVoice
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings import PiperSettings
 from voicelane.core.text_profiles import PIPER, profile_for
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Utterance, create_engine
 from voicelane.workers.engines.piper import PiperEngine, onnx_providers
 
@@ -157,6 +158,18 @@ def test_streaming_gives_each_utterance_once_and_whole(engine: PiperEngine) -> N
     assert [len(chunks) for chunks in seen] == [1, 0, 1]
     np.testing.assert_array_equal(seen[0][0], whole[0])
     np.testing.assert_array_equal(seen[2][0], whole[2])
+
+
+def test_the_batcher_runs_it_one_sentence_at_a_time_with_words(engine: PiperEngine) -> None:
+    assert engine.max_batch == 1 and engine.max_run_rows == 1  # the CPU's measured best
+    with Batcher(engine) as batcher:
+        assert batcher.max_batch == 1
+        timed = batcher.submit_timed(Utterance("One two three.", JOE)).result(60)
+        stream = batcher.submit_stream(Utterance("Four five.", JOE), priority=Priority.REALTIME)
+        streamed = np.concatenate(list(stream))
+    assert [(w.char_start, w.char_end) for w in timed.words] == [(0, 3), (4, 7), (8, 13)]
+    assert [(w.char_start, w.char_end) for w in stream.words] == [(0, 4), (5, 9)]
+    np.testing.assert_array_equal(streamed, render(engine, "Four five."))
 
 
 def test_onnx_providers_follow_the_device() -> None:
