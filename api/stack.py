@@ -286,6 +286,18 @@ def stack_engines(settings: StackSettings) -> tuple[str, ...]:
     return tuple(name for name in DEFAULT_STACK_ENGINES if engine_installed(name))
 
 
+def _engine_env(stack: StackSettings, engine: str) -> dict[str, str]:
+    """What a render worker of ``engine`` is given beyond the stack's environment: Piper's ONNX
+    Runtime one thread when its workers already take a core each (else each would start a
+    thread per core, and they would fight over them); the operator's setting wins."""
+    if engine != "piper" or "threads" in stack.piper.model_fields_set:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if stack.render_worker_count("piper") >= (cores or 1):
+        return {"VOICELANE_PIPER__THREADS": "1"}
+    return {}
+
+
 def _worker_names(engine: str, count: int, engines: int) -> list[str]:
     """``gpu-worker`` / ``gpu-worker-2`` for a stack of one engine; ``piper-worker-1``... for
     several."""
@@ -462,7 +474,7 @@ def run_stack(
             ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)", first),
             ("flower", ["flower"], f"http://{stack.flower_host}:{stack.flower_port}", first),
         ):
-            child_env = {**env, "VOICELANE_ENGINE": engine}
+            child_env = {**env, "VOICELANE_ENGINE": engine, **_engine_env(stack, engine)}
             if args[0] in ("worker", "grpc"):  # the API serves /metrics on its own port
                 child_env["VOICELANE_METRICS_PORT"] = str(metrics_port)
                 targets.append(_target(f"127.0.0.1:{metrics_port}", name))

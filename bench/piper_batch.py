@@ -10,12 +10,14 @@ are rendered by :class:`~voicelane.workers.engines.piper.PiperEngine` in ONNX ru
   and cuts runs of at most B rows (``PiperEngine.max_run_rows``): what the engine does when
   the batcher hands it a full batch.
 
-Every configuration is measured ``--repeat`` times, interleaved (round robin) so that other
-load on the machine hits them alike; the table gives each one's best wall time and CPU time
-(``time.process_time``: every thread of this process) and the ratios to one row per run,
-measured in the same process. ``pad %`` is the share of the runs' phoneme ids that are padding.
+Every configuration is measured ``--repeat`` times, interleaved (each round in a new random
+order) so that other load on the machine hits them alike; the table gives each one's best
+wall time and CPU time (``time.process_time``: every thread of this process) and the ratios
+to one row per run, measured in the same process. On a shared machine the CPU time is the
+steadier measure (with ``--threads 1`` it is the wall time the run would take on an idle
+core). ``pad %`` is the share of the runs' phoneme ids that are padding.
 
-Run: ``.venv/bin/python bench/piper_batch.py [--threads 1] [--repeat 2]``
+Run: ``.venv/bin/python bench/piper_batch.py [--threads 1] [--repeat 2] [--device cuda:0]``
 """
 
 from __future__ import annotations
@@ -147,9 +149,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--sentences", type=int, default=len(SENTENCES))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N (onnxruntime-gpu)")
     args = parser.parse_args()
 
-    engine = PiperEngine(PiperSettings(threads=args.threads))
+    engine = PiperEngine(PiperSettings(threads=args.threads), device=args.device)
     engine.load()
     texts = SENTENCES[: args.sentences]
     random.Random(21).shuffle(texts)
@@ -161,8 +164,9 @@ def main() -> None:
     configs += [Config(size, True) for size in BUCKETED if size < len(utterances)]
     for config in configs:
         config.pad = padding(lengths, config.rows, config.bucketed)
+    order = random.Random(7)
     for _ in range(args.repeat):
-        for config in configs:
+        for config in order.sample(configs, len(configs)):  # a new order every round
             measure(engine, utterances, config)
             print(f"  {config.label}: {config.wall_s:.2f} s", flush=True)
 
@@ -178,13 +182,15 @@ def main() -> None:
         "x real time",
         "throughput vs 1",
         "CPU s",
+        "audio s per CPU s",
         "CPU vs 1",
     )
     for config in configs:
         print(
             f"| {config.label} | {100 * config.pad:.0f} | {config.wall_s:.2f} "
             f"| {config.audio_s / config.wall_s:.1f} | {base.wall_s / config.wall_s:.2f} "
-            f"| {config.cpu_s:.2f} | {config.cpu_s / base.cpu_s:.2f} |"
+            f"| {config.cpu_s:.2f} | {config.audio_s / config.cpu_s:.1f} "
+            f"| {config.cpu_s / base.cpu_s:.2f} |"
         )
 
 

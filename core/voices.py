@@ -171,8 +171,8 @@ class TenantVoice:
         if self.kind != "mix" and (self.mix or self.mix_sources):
             raise ValueError("only a mix voice has mix parts")
 
-    def to_json(self) -> str:
-        """What the store keeps (and :meth:`from_json` reads back)."""
+    def _fields(self) -> dict[str, Any]:
+        """What both the store and the REST view hold of it."""
         data: dict[str, Any] = {
             "name": self.name,
             "engine": self.engine,
@@ -188,6 +188,12 @@ class TenantVoice:
             data["clip"] = self.clip.to_json()
         if self.mix:
             data["mix"] = [part.to_json() for part in self.mix]
+        return data
+
+    def to_json(self) -> str:
+        """What the store keeps (and :meth:`from_json` reads back)."""
+        data = self._fields()
+        if self.mix:
             data["mix_sources"] = [[source, weight] for source, weight in self.mix_sources]
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
@@ -220,21 +226,8 @@ class TenantVoice:
 
     def view(self) -> dict[str, Any]:
         """What the REST API shows of it (``GET /v1/voices/{name}``)."""
-        view: dict[str, Any] = {
-            "name": self.name,
-            "engine": self.engine,
-            "kind": self.kind,
-            "description": self.description,
-            "created_at": self.created_at,
-        }
-        if self.seed is not None:
-            view["seed"] = self.seed
-        if self.spk_emb:
-            view["spk_emb"] = self.spk_emb
-        if self.clip is not None:
-            view["clip"] = self.clip.to_json()
+        view = self._fields()
         if self.mix:
-            view["mix"] = [part.to_json() for part in self.mix]
             view["mix_text"] = format_mix(self.mix)
         return view
 

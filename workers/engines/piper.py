@@ -16,17 +16,23 @@ seed give the same audio, whatever shares the batch.
 **Runs.** Within one call the rows (one per utterance; a very long utterance is cut into rows
 of at most :data:`MAX_ROW_IDS` phoneme ids at word boundaries) are sorted by length and cut
 into runs of at most :attr:`PiperEngine.max_run_rows` rows: similar lengths share a run, so
-little is padding. ``bench/piper_batch.py`` measures what a run's size buys on the CPU
-(docs/engines.md, Piper).
+little is padding. On the CPU a run is one row and ``max_batch`` is 1: ``bench/piper_batch.py``
+measured every batched configuration slower there (the vocoder's convolutions already fill a
+core at batch 1; docs/engines.md, Piper). On a GPU, 16 rows (``PiperSettings.run_rows``).
 
 **Noise.** Piper draws two noises: over the phoneme ids (durations) and over the frames (the
 latent). Each row fills its share from ``numpy.random.default_rng((seed, part, k))``, where
-``seed`` is the utterance's seed (0 when none) and ``k`` the noise; a noise's values along
+``seed`` is the utterance's seed (0 when none) mixed with its text's CRC-32, ``part`` the row's
+place in its utterance and ``k`` the noise; a noise's values along
 time are a prefix-stable stream, so a row's noise does not depend on the padded length. The
 frames are not known before the run: each row gets noise for
 :data:`FRAMES_PER_ID_BOUND` frames per phoneme id (times the length scale), and a run whose
 row turned out longer is run again with the exact lengths (the durations depend only on the
 first noise, so the second run's are the same).
+
+**auto** takes the first voice (by id) of the text's language, told by its script (a text
+holding CJK characters: a Chinese voice; Cyrillic: Russian, Ukrainian...; Latin: no guess),
+else the default voice (``PiperSettings.default_voice``; the first English voice).
 
 **Words.** The durations are frames per phoneme id; each word of the text is matched to its
 first phoneme (:mod:`.piper_words`), so a :class:`WordEvent` is where that phoneme's frames
@@ -49,7 +55,8 @@ import re
 import threading
 import unicodedata
 import zlib
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -109,7 +116,22 @@ _CUDA_PROVIDER = "CUDAExecutionProvider"
 _CPU_PROVIDER = "CPUExecutionProvider"
 _AUDIO_OUTPUT = "output"
 _PROBE_TEXT = "Hello there, this is a test."
-_ZH_FAMILIES = ("zh", "cmn", "yue")
+_SCRIPT_LANGUAGES = {
+    "CJK": ("zh", "cmn", "yue"),
+    "CYRILLIC": ("ru", "uk", "bg", "sr", "kk", "mk", "be"),
+    "GREEK": ("el",),
+    "ARABIC": ("ar", "fa", "ur"),
+    "HEBREW": ("he",),
+    "DEVANAGARI": ("hi", "ne", "mr"),
+    "GEORGIAN": ("ka",),
+    "HANGUL": ("ko",),
+    "THAI": ("th",),
+    "BENGALI": ("bn",),
+    "TELUGU": ("te",),
+    "MALAYALAM": ("ml",),
+}
+"""Language families (the first part of a voice's language) written in each script: ``auto``
+takes the first voice of one of them for a text in that script (else the default voice)."""
 
 Provider = str | tuple[str, dict[str, Any]]
 IntArray = npt.NDArray[np.int64]
@@ -260,15 +282,23 @@ class PiperEngine(Engine):
     def voices(self) -> list[VoiceInfo]:
         return list(self._infos)
 
-    def _resolve(self, utterance: Utterance) -> _Voice:
+    def voice_for(self, utterance: Utterance) -> str:
+        """The voice that speaks ``utterance``: its own, or what ``auto`` picks for its text."""
         voice_id = utterance.voice or DEFAULT_VOICE
-        if voice_id == DEFAULT_VOICE:
-            voice_id = self.default_voice
-            if contains_cjk(utterance.text):
-                chinese = [
-                    f.id for f in self._files.values() if f.language.split("-")[0] in _ZH_FAMILIES
-                ]
-                voice_id = chinese[0] if chinese else voice_id
+        if voice_id != DEFAULT_VOICE:
+            return voice_id
+        families = _SCRIPT_LANGUAGES.get(_script(utterance.text) or "", ())
+        matching = [f.id for f in self._files.values() if f.language.split("-")[0] in families]
+        return matching[0] if matching else self.default_voice
+
+    def batch_key(self, utterance: Utterance) -> Hashable:
+        """Rows share a run when they share a model file and a speed (the run's scales); seeds
+        and speakers are per row."""
+        voice = self._voices.get(self.voice_for(utterance))
+        return (voice.file.id if voice else utterance.voice, utterance.speed)
+
+    def _resolve(self, utterance: Utterance) -> _Voice:
+        voice_id = self.voice_for(utterance)
         voice = self._voices.get(voice_id)
         if voice is None:
             raise UnknownVoiceError(f"voice {voice_id!r} is unknown to the piper engine")
@@ -553,6 +583,18 @@ class PiperEngine(Engine):
     def synthesize_stream(self, batch: Sequence[Utterance]) -> Iterator[list[PcmF32]]:
         for step in self.synthesize_stream_timed(batch):
             yield [timed.pcm for timed in step]
+
+
+def _script(text: str) -> str | None:
+    """The script of ``text`` for ``auto``: ``CJK`` when it holds any CJK character (mixed
+    Chinese and English is read by a Chinese voice, as espeak's ``auto`` does), else the script
+    of most of its letters (the first word of their Unicode names: ``LATIN``, ``CYRILLIC``...)."""
+    if contains_cjk(text):
+        return "CJK"
+    scripts = Counter(
+        unicodedata.name(char, "").split(" ", 1)[0] for char in text if char.isalpha()
+    )
+    return scripts.most_common(1)[0][0] if scripts else None
 
 
 def _seed(utterance: Utterance) -> int:

