@@ -18,10 +18,10 @@ guard against a broken resampler, codec or text pipeline, not an absolute qualit
   1.0 — the tests below keep three of them, so the check is shown to fail. (Half the 20 ms
   packets zeroed, 0.57 / 0.44, and resampling skipped, 0.57, also exceed the bounds, by too
   few words to be kept as tests.)
-* piper (en_US-joe-medium), measured 0.11-0.16 on every path in two runs (the issue: 0.11;
-  piper-tts 1.8 wrapped as an engine, before the piper engine was merged; Piper samples noise,
-  so its audio differs from run to run) → 0.35 on each.
-  Without the piper extra the case is skipped, and fails when ``CI`` is set.
+* piper (en_US-joe-medium, the engine), measured 0.15 / 0.16 / 0.14 (engine PCM / WAV / Ogg;
+  the same in every run: its noise is seeded per sentence; the issue: 0.11 on six other
+  sentences) → 0.35 on each. Without the piper extra the case is skipped, and fails when
+  ``CI`` is set.
 * chattts is not measured: no real weights can be downloaded here, and the tiny random-weight
   checkpoint of the tests speaks noise (pocketsphinx hears nothing: WER 1.0 whatever the
   pipeline does), so it is not a case here (a test that always skips would say nothing).
