@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from voicelane.common.errors import UnavailableError, UnknownVoiceError
 from voicelane.core.engines import split_voice
 from voicelane.core.lane.front import RealtimeClient
-from voicelane.core.rules import DEFAULT_VOICE, EngineCapabilities, check_voice, seed_of, shown
+from voicelane.core.rules import DEFAULT_VOICE, EngineCapabilities, check_voice, has_voice, shown
 from voicelane.core.speakers import SpeakerDef
 from voicelane.core.text import contains_cjk
 
@@ -162,9 +162,7 @@ class EngineCatalog:
         if voice == DEFAULT_VOICE:
             return ResolvedVoice(await self._auto_engine(text), DEFAULT_VOICE, requested=requested)
         for caps in await self.published():
-            if voice in caps.voice_ids or (
-                caps.seed_voices and seed_of(voice, field="voice") is not None
-            ):
+            if has_voice(voice, caps):
                 return ResolvedVoice(caps, voice, requested=requested)
         raise UnknownVoiceError(
             f"voice {shown(voice)} is unknown to every engine served here "

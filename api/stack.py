@@ -42,7 +42,7 @@ from voicelane.api.flower import basic_auth
 from voicelane.common.errors import VoicelaneError
 from voicelane.core.engines import DEFAULT_STACK_ENGINES, engine_installed
 from voicelane.core.redis_server import RedisServer, redis_answers
-from voicelane.core.settings import StackSettings
+from voicelane.core.settings.processes import StackSettings, cpu_cores
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -292,8 +292,7 @@ def _engine_env(stack: StackSettings, engine: str) -> dict[str, str]:
     thread per core, and they would fight over them); the operator's setting wins."""
     if engine != "piper" or "threads" in stack.piper.model_fields_set:
         return {}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if stack.render_worker_count("piper") >= (cores or 1):
+    if stack.render_worker_count("piper") >= cpu_cores():
         return {"VOICELANE_PIPER__THREADS": "1"}
     return {}
 

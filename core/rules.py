@@ -162,9 +162,15 @@ def seed_of(voice: str, *, field: str = "voice") -> int | None:
     return int(digits)
 
 
+def has_voice(voice: str, caps: EngineCapabilities, *, field: str = "voice") -> bool:
+    """Whether ``voice`` is one of the engine's (a listed id, or ``seed:N`` where any seed
+    is a voice); a malformed seed voice raises."""
+    return voice in caps.voice_ids or (caps.seed_voices and seed_of(voice, field=field) is not None)
+
+
 def check_voice(voice: str | None, caps: EngineCapabilities, *, field: str = "voice") -> str:
     voice = voice or DEFAULT_VOICE
-    if voice in caps.voice_ids or (caps.seed_voices and seed_of(voice, field=field) is not None):
+    if has_voice(voice, caps, field=field):
         return voice
     raise UnknownVoiceError(
         f"{field} {shown(voice)} is unknown to the {caps.engine} engine; "

@@ -31,6 +31,13 @@ from voicelane.core.storage import StorageSettings
 DEVICE_PATTERN = r"^(cpu|cuda:\d+)$"
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its affinity), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 class EngineSettings(BaseModel):
     """What a process that runs an engine adds (a worker, the embedded commands)."""
 
@@ -271,11 +278,7 @@ class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, FlowerSettings):
         engine = engine or self.engine
         if engine not in CPU_ENGINES:
             return 1
-        cores = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
+        cores = cpu_cores()
         cpu_served = [name for name in self.served_engines() if name in CPU_ENGINES] or [engine]
         return max(1, cores // len(cpu_served))
 
