@@ -123,6 +123,15 @@ class MalformedRequestError(InvalidInputError):
     http_status = 400
 
 
+class InvalidDocumentError(InvalidInputError):
+    """Raised for an uploaded document (EPUB, HTML, Markdown...) that cannot or may not be
+    read: malformed, hostile (a zip bomb, a path outside the archive, a DTD) or without
+    readable text. The message names what is wrong."""
+
+    code = "invalid_document"
+    http_status = 400
+
+
 class UnsupportedMediaTypeError(InvalidInputError):
     """Raised when a request body comes in a content type the route does not take."""
 
