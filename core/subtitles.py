@@ -129,8 +129,7 @@ class Subtitles:
         if self.duration_ms < 0:
             raise ValueError(f"duration_ms is negative: {self.duration_ms}")
         chapters = tuple(
-            replace(c, start_ms=_clamp(c.start_ms, 0, self.duration_ms))
-            for c in self.chapters
+            replace(c, start_ms=_clamp(c.start_ms, 0, self.duration_ms)) for c in self.chapters
         )
         chapters = tuple(
             replace(c, end_ms=_clamp(c.end_ms, c.start_ms, self.duration_ms)) for c in chapters
@@ -252,9 +251,7 @@ def normalize_cues(
         next_start_ms = clamped[index + 1][0] if index + 1 < len(clamped) else duration_ms
         start_ms = max(start_ms, previous_end_ms)
         end_ms = max(min(end_ms, next_start_ms), min(start_ms + 1, duration_ms))
-        words = tuple(
-            _clamped_word(word, start_ms, end_ms) for word in sentence.words
-        )
+        words = tuple(_clamped_word(word, start_ms, end_ms) for word in sentence.words)
         if (start_ms, end_ms, words) != (sentence.start_ms, sentence.end_ms, sentence.words):
             sentence = replace(sentence, start_ms=start_ms, end_ms=end_ms, words=words)
         out.append(sentence)
