@@ -247,14 +247,15 @@ def normalize_cues(
     )
     out: list[TimedSentence] = []
     previous_end_ms = 0
-    for index, (start_ms, end_ms, sentence) in enumerate(clamped):
+    for index, (clamped_start_ms, clamped_end_ms, sentence) in enumerate(clamped):
         next_start_ms = clamped[index + 1][0] if index + 1 < len(clamped) else duration_ms
-        start_ms = max(start_ms, previous_end_ms)
-        end_ms = max(min(end_ms, next_start_ms), min(start_ms + 1, duration_ms))
+        start_ms = max(clamped_start_ms, previous_end_ms)
+        end_ms = max(min(clamped_end_ms, next_start_ms), min(start_ms + 1, duration_ms))
         words = tuple(_clamped_word(word, start_ms, end_ms) for word in sentence.words)
-        if (start_ms, end_ms, words) != (sentence.start_ms, sentence.end_ms, sentence.words):
-            sentence = replace(sentence, start_ms=start_ms, end_ms=end_ms, words=words)
-        out.append(sentence)
+        if (start_ms, end_ms, words) == (sentence.start_ms, sentence.end_ms, sentence.words):
+            out.append(sentence)
+        else:
+            out.append(replace(sentence, start_ms=start_ms, end_ms=end_ms, words=words))
         previous_end_ms = end_ms
     return tuple(out)
 
