@@ -338,6 +338,11 @@ def test_subtitles_store_their_cues_normalized() -> None:
     assert subs.sentences == normalize_cues(raw, 2500)
 
 
+def test_a_negative_duration_is_a_bug() -> None:
+    with pytest.raises(ValueError, match="duration_ms"):
+        Subtitles((), -1, False)
+
+
 def test_a_sentence_naming_a_missing_chapter_is_a_bug() -> None:
     with pytest.raises(ValueError, match="chapter 1"):
         Subtitles(
