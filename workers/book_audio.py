@@ -12,7 +12,8 @@ Per container (docs/audio.md has the table):
   ``chpl`` box (what most others read), with the index (``moov``) at the front. Tags and cover
   then go in with mutagen as iTunes atoms: ``©nam``/``©alb`` (title), ``©ART``/``aART``
   (author), ``stik`` 2 (audiobook), ``covr``; the language, which iTunes has no atom for, as the
-  free-form ``----:com.apple.iTunes:LANGUAGE`` (FFmpeg shows it as ``LANGUAGE``).
+  free-form ``----:com.apple.iTunes:LANGUAGE`` (FFmpeg shows it as ``LANGUAGE``) and, as
+  ISO 639-2/T, the audio track's own language (``mdhd``; ``en`` → ``eng``).
 * **ogg** (Opus) and **flac** — Vorbis comments: ``CHAPTER001=00:01:02.345`` and
   ``CHAPTER001NAME=…`` (the Xiph chapter extension; FFmpeg reads them back as chapters; three
   digits, so at most :data:`VORBIS_MAX_CHAPTERS`), ``TITLE``, ``ALBUM``, ``ARTIST``,
@@ -123,7 +124,7 @@ def write_book_metadata(
     try:
         with atomic_output(path) as part:
             if fmt is AudioFormat.M4B:
-                _remux_mp4_with_chapters(path, part, marks)
+                _remux_mp4_with_chapters(path, part, marks, tags.language)
             else:
                 shutil.copyfile(path, part)
             _TAGGERS[fmt](part, marks, tags, cover_type)
@@ -194,12 +195,47 @@ def _cover_media_type(tags: BookTags) -> str | None:
 # ---- m4b ---------------------------------------------------------------------------------
 
 
-def _remux_mp4_with_chapters(source: Path, target: Path, marks: Sequence[ChapterMark]) -> None:
-    """Copy the first audio stream's packets into a new M4B with ``marks`` as its chapters."""
+_ISO_639_PAIRS = (
+    "aaaar ababk aeave afafr akaka amamh anarg arara asasm avava ayaym azaze babak bebel "
+    "bgbul bhbih bibis bmbam bnben bobod brbre bsbos cacat ceche chcha cocos crcre csces "
+    "cuchu cvchv cycym dadan dedeu dvdiv dzdzo eeewe elell eneng eoepo esspa etest eueus "
+    "fafas ffful fifin fjfij fofao frfra fyfry gagle gdgla glglg gngrn guguj gvglv hahau "
+    "heheb hihin hohmo hrhrv hthat huhun hyhye hzher iaina idind ieile igibo iiiii ikipk "
+    "ioido isisl itita iuiku jajpn jvjav kakat kgkon kikik kjkua kkkaz klkal kmkhm knkan "
+    "kokor krkau kskas kukur kvkom kwcor kykir lalat lbltz lglug lilim lnlin lolao ltlit "
+    "lulub lvlav mgmlg mhmah mimri mkmkd mlmal mnmon mrmar msmsa mtmlt mymya nanau nbnob "
+    "ndnde nenep ngndo nlnld nnnno nonor nrnbl nvnav nynya ococi ojoji omorm orori ososs "
+    "papan pipli plpol pspus ptpor quque rmroh rnrun roron rurus rwkin sasan scsrd sdsnd "
+    "sesme sgsag sisin skslk slslv smsmo snsna sosom sqsqi srsrp ssssw stsot susun svswe "
+    "swswa tatam tetel tgtgk ththa titir tktuk tltgl tntsn toton trtur tstso tttat twtwi "
+    "tytah uguig ukukr ururd uzuzb veven vivie vovol wawln wowol xhxho yiyid yoyor zazha "
+    "zhzho zuzul"
+)
+_ISO_639_1_TO_2T = {pair[:2]: pair[2:] for pair in _ISO_639_PAIRS.split()}
+"""ISO 639-1 codes to ISO 639-2/T, which an MP4 track's language must be (Debian's iso-codes)."""
+
+
+def mp4_language(language: str) -> str | None:
+    """The ISO 639-2/T code an MP4 track takes for a BCP 47 tag (``en-GB`` → ``eng``), or None
+    when its primary subtag is neither a known two-letter code nor three letters."""
+    primary = language.replace("_", "-").split("-")[0].lower()
+    if len(primary) == 3 and primary.isascii() and primary.isalpha():
+        return primary
+    return _ISO_639_1_TO_2T.get(primary)
+
+
+def _remux_mp4_with_chapters(
+    source: Path, target: Path, marks: Sequence[ChapterMark], language: str | None
+) -> None:
+    """Copy the first audio stream's packets into a new M4B with ``marks`` as its chapters and
+    the track's language set (FFmpeg takes ISO 639-2 only: see :func:`mp4_language`)."""
     with av.open(str(source), mode="r") as inp:
-        if not inp.streams.audio:
-            raise OutputError(f"{source.name}: no audio stream")
-        audio = inp.streams.audio[0]
+        audio = inp.streams.audio[0] if inp.streams.audio else None
+        codec = audio.codec_context.name if audio is not None else "no audio"
+        if audio is None or codec != "aac":
+            raise OutputError(
+                f"cannot add chapters and tags to {source.name} as m4b: it holds {codec}, not AAC"
+            )
         with av.open(
             str(target),
             mode="w",
@@ -207,6 +243,9 @@ def _remux_mp4_with_chapters(source: Path, target: Path, marks: Sequence[Chapter
             options={"brand": M4B_BRAND, "movflags": "+faststart"},
         ) as out:
             stream = out.add_stream_from_template(audio)
+            code = mp4_language(language) if language is not None else None
+            if code is not None:
+                stream.metadata["language"] = code
             out.set_chapters(
                 [
                     {
