@@ -1,8 +1,11 @@
 """Audio for voicelane: PCM helpers, raw Opus packets, audio files.
 
-- :mod:`voicelane.common.audio.pcm` — float/int16 conversion, resampling (whole and streaming), silence;
-- :mod:`voicelane.common.audio.opus` — 20 ms Opus packets for the real-time lane (libopus via opuslib);
-- :mod:`voicelane.common.audio.files` — Ogg/Opus, MP3, WAV and FLAC writers and a decoding probe (PyAV).
+- :mod:`voicelane.common.audio.pcm` — float/int16 conversion, resampling (whole and
+  streaming), silence;
+- :mod:`voicelane.common.audio.opus` — 20 ms Opus packets for the real-time lane (libopus via
+  opuslib);
+- :mod:`voicelane.common.audio.files` — Ogg/Opus, MP3, WAV, FLAC and M4B writers and a
+  decoding probe (PyAV).
 """
 
 from voicelane.common.audio.files import (
@@ -41,11 +44,11 @@ from voicelane.common.audio.pcm import (
 )
 
 __all__ = [
-    "SILENCE_THRESHOLD",
     "CODEC_DELAY_MS",
     "DEFAULT_COMPLEXITY",
     "FRAME_DURATION_MS",
     "OPUS_SAMPLE_RATES_HZ",
+    "SILENCE_THRESHOLD",
     "AudioFileWriter",
     "AudioFormat",
     "AudioInfo",

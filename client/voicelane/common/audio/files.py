@@ -1,4 +1,4 @@
-"""Audio files: formats, writers (Ogg/Opus, MP3, WAV, FLAC) and a decoding probe, via PyAV.
+"""Audio files: formats, writers (Ogg/Opus, MP3, WAV, FLAC, M4B) and a decoding probe, via PyAV.
 
 Writers
 -------
@@ -7,9 +7,10 @@ of any length. Durations are exact: a file decodes (with FFmpeg) to exactly the 
 written (mp3: see below for the 0..46-sample exception).
 
 * **ogg** — Opus in Ogg (libopus, 32 kbps by default, complexity
-  :data:`~voicelane.common.audio.opus.DEFAULT_COMPLEXITY`). The codec delay is written as the Ogg pre-skip
-  and the last page's granule position marks the end, so decoders trim both ends: the decoded
-  length (at 48 kHz, Opus always decodes at 48 kHz) equals samples written x 48000 / rate.
+  :data:`~voicelane.common.audio.opus.DEFAULT_COMPLEXITY`). The codec delay is written as the
+  Ogg pre-skip and the last page's granule position marks the end, so decoders trim both ends:
+  the decoded length (at 48 kHz, Opus always decodes at 48 kHz) equals samples written x
+  48000 / rate.
 * **mp3** — MPEG audio layer III (LAME, 64 kbps CBR by default). LAME adds an encoder delay
   (576 samples, plus the decoder's 529) and pads the last frame (frames are 576 samples at
   <= 24 kHz, 1152 above). On a *seekable* target (a path, a BytesIO) the muxer writes the
@@ -24,9 +25,20 @@ written (mp3: see below for the 0..46-sample exception).
   non-seekable target the RIFF sizes cannot be patched at the end; FFmpeg still reads every
   sample, stricter readers may not.
 * **flac** — 16-bit FLAC, same quantization as wav.
+* **m4b** — AAC-LC in an MP4 container (FFmpeg's native ``aac`` encoder, 64 kbps by default,
+  major brand ``M4B``): the audiobook format; chapters, tags and a cover are added to a finished
+  file by :mod:`voicelane.workers.book_audio`. The encoder's 1024-sample priming is written as
+  the MP4 edit list, so the start is exact; FFmpeg does not trim the last frame's padding, so the
+  file decodes (with FFmpeg) to the samples written rounded *up* to a whole 1024-sample frame
+  (``0 <= extra <= 1023`` samples, :data:`M4B_MAX_EXTRA_SAMPLES`; players that honour the edit
+  list's duration, as Apple's do, stop at the written end). MP4 writes its index at the end:
+  m4b needs a path or a *seekable* file object (UnsupportedFormatError otherwise), which is why
+  no live stream offers it (:mod:`voicelane.common.audio.stream`). On a path the index is moved
+  to the front when the file is closed (FFmpeg's ``faststart``), so players can start before
+  the whole file is downloaded.
 
-A writer closed without any samples gives a valid empty wav or flac file; for ogg and mp3 it
-gives headers without an audio packet, which FFmpeg cannot probe.
+A writer closed without any samples gives a valid empty wav or flac file; for ogg, mp3 and m4b
+it gives headers without an audio packet, which FFmpeg cannot probe.
 
 PCM is handed to PyAV in blocks of at least ~100 ms, aligned to the codec's frame size, so
 per-call overhead stays negligible whatever the size of the pieces written.
@@ -72,10 +84,12 @@ class AudioFormat(StrEnum):
     MP3 = "mp3"
     WAV = "wav"
     FLAC = "flac"
+    M4B = "m4b"
 
     @property
     def extension(self) -> str:
-        """File name extension without the dot: ``"ogg"``, ``"mp3"``, ``"wav"``, ``"flac"``."""
+        """File name extension without the dot: ``"ogg"``, ``"mp3"``, ``"wav"``, ``"flac"``,
+        ``"m4b"``."""
         return self.value
 
     @property
@@ -88,6 +102,7 @@ _MIME_TYPES: dict[AudioFormat, str] = {
     AudioFormat.MP3: "audio/mpeg",
     AudioFormat.WAV: "audio/wav",
     AudioFormat.FLAC: "audio/flac",
+    AudioFormat.M4B: "audio/mp4",
 }
 
 _NAMES: dict[str, AudioFormat] = {
@@ -96,20 +111,34 @@ _NAMES: dict[str, AudioFormat] = {
     "mp3": AudioFormat.MP3,
     "wav": AudioFormat.WAV,
     "flac": AudioFormat.FLAC,
+    "m4b": AudioFormat.M4B,
 }
 
 _MPEG1_RATES_HZ = (32000, 44100, 48000)
 _MPEG2_RATES_HZ = (8000, 11025, 12000, 16000, 22050, 24000)  # MPEG-2 and MPEG-2.5
 MP3_SAMPLE_RATES_HZ: tuple[int, ...] = (*_MPEG2_RATES_HZ, *_MPEG1_RATES_HZ)
+AAC_SAMPLE_RATES_HZ: tuple[int, ...] = (
+    8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000,
+)  # fmt: skip
+"""The AAC sampling frequencies (ISO 14496-3's table, less 7350 Hz) that m4b takes."""
 PCM_MIN_SAMPLE_RATE_HZ = 8000
 PCM_MAX_SAMPLE_RATE_HZ = 192000
 
-DEFAULT_BITRATE_BPS: dict[AudioFormat, int] = {AudioFormat.OGG: 32000, AudioFormat.MP3: 64000}
+DEFAULT_BITRATE_BPS: dict[AudioFormat, int] = {
+    AudioFormat.OGG: 32000,
+    AudioFormat.MP3: 64000,
+    AudioFormat.M4B: 64000,
+}
+AAC_MIN_BITRATE_BPS = 16000
+AAC_MAX_BITRATE_BPS = 320000
+AAC_MAX_BITS_PER_SAMPLE = 6
+"""FFmpeg's aac encoder holds at most 6144 bits per 1024-sample frame per channel (6 bits a
+sample); it silently clamps a higher bitrate, so open_writer refuses one instead."""
 
 
 def format_from_name(name: str) -> AudioFormat:
-    """``"ogg"``, ``"opus"``, ``"mp3"``, ``"wav"`` or ``"flac"`` (any case, surrounding blanks
-    ignored) as an :class:`AudioFormat`; anything else is UnsupportedFormatError."""
+    """``"ogg"``, ``"opus"``, ``"mp3"``, ``"wav"``, ``"flac"`` or ``"m4b"`` (any case, blanks
+    around ignored) as an :class:`AudioFormat`; anything else is UnsupportedFormatError."""
     fmt = _NAMES.get(name.strip().lower()) if isinstance(name, str) else None
     if fmt is None:
         supported = ", ".join(_NAMES)
@@ -139,6 +168,8 @@ def allowed_sample_rates(fmt: AudioFormat) -> Sequence[int]:
         return OPUS_SAMPLE_RATES_HZ
     if fmt is AudioFormat.MP3:
         return MP3_SAMPLE_RATES_HZ
+    if fmt is AudioFormat.M4B:
+        return AAC_SAMPLE_RATES_HZ
     return range(PCM_MIN_SAMPLE_RATE_HZ, PCM_MAX_SAMPLE_RATE_HZ + 1)
 
 
@@ -165,6 +196,9 @@ def validate_sample_rate(fmt: AudioFormat, sample_rate_hz: int) -> None:
 def _validate_bitrate(fmt: AudioFormat, sample_rate_hz: int, bitrate_bps: int) -> None:
     if fmt is AudioFormat.OGG:
         lo, hi = 6000, 510000
+    elif fmt is AudioFormat.M4B:
+        lo = AAC_MIN_BITRATE_BPS
+        hi = min(AAC_MAX_BITRATE_BPS, AAC_MAX_BITS_PER_SAMPLE * sample_rate_hz)
     elif sample_rate_hz >= 32000:  # MPEG-1 layer III
         lo, hi = 32000, 320000
     else:  # MPEG-2 / 2.5 layer III
@@ -260,10 +294,17 @@ _CODECS: dict[AudioFormat, _Codec] = {
     AudioFormat.MP3: _Codec("mp3", "libmp3lame", "fltp"),
     AudioFormat.WAV: _Codec("wav", "pcm_s16le", "s16"),
     AudioFormat.FLAC: _Codec("flac", "flac", "s16"),
+    AudioFormat.M4B: _Codec("ipod", "aac", "fltp"),  # FFmpeg's muxer for .m4a/.m4b
 }
+
+M4B_BRAND = "M4B "
+"""The MP4 major brand of an audiobook (iTunes' ``M4B``; FFmpeg's ipod muxer would say M4A)."""
 
 MP3_MAX_EXTRA_SAMPLES = 46
 """The most samples an mp3 on a seekable target decodes longer than written (see above)."""
+
+M4B_MAX_EXTRA_SAMPLES = 1023
+"""The most samples an m4b decodes (with FFmpeg) longer than written: the last frame's padding."""
 
 # Hand PyAV blocks of at least this long (seconds), whole codec frames where it has one.
 _BLOCK_S = 0.1
@@ -284,9 +325,16 @@ class _PyAVWriter(AudioFileWriter):
             os.fspath(target) if isinstance(target, str | os.PathLike) else target
         )
         options: dict[str, str] = {}
+        container_options: dict[str, str] = {}
         if fmt is AudioFormat.OGG:
             options["compression_level"] = str(DEFAULT_COMPLEXITY)
-        self._container: OutputContainer = av.open(file, mode="w", format=spec.container)
+        if fmt is AudioFormat.M4B:
+            container_options["brand"] = M4B_BRAND
+            if isinstance(file, str):  # faststart reopens the file by name: paths only
+                container_options["movflags"] = "+faststart"
+        self._container: OutputContainer = av.open(
+            file, mode="w", format=spec.container, options=container_options
+        )
         try:
             stream = self._container.add_stream(
                 spec.codec, rate=sample_rate_hz, options=options, layout="mono"
@@ -355,16 +403,25 @@ def open_writer(
 ) -> AudioFileWriter:
     """A writer of mono ``fmt`` audio at ``sample_rate_hz`` to a path or a binary file object.
 
-    ``bitrate_bps`` applies to ogg (6000..510000, default 32000) and mp3 (default 64000;
-    8000..160000 below 32 kHz, 32000..320000 from 32 kHz); it is ignored for wav and flac.
-    Raises UnsupportedFormatError for a rate the format cannot hold, InvalidInputError for a
-    bad bitrate, and OSError when a path cannot be opened.
+    ``bitrate_bps`` applies to ogg (6000..510000, default 32000), mp3 (default 64000;
+    8000..160000 below 32 kHz, 32000..320000 from 32 kHz) and m4b (default 64000, 48000 at
+    8 kHz; 16000..min(320000, 6 x the rate)); it is ignored for wav and flac.
+    Raises UnsupportedFormatError for a rate the format cannot hold or an m4b on a non-seekable
+    file object, InvalidInputError for a bad bitrate, and OSError when a path cannot be opened.
     """
     fmt = AudioFormat(fmt)
     validate_sample_rate(fmt, sample_rate_hz)
+    if fmt is AudioFormat.M4B and not isinstance(target, str | os.PathLike):
+        seekable = getattr(target, "seekable", None)
+        if not (callable(seekable) and seekable()):
+            raise UnsupportedFormatError(
+                "m4b cannot be written to a stream: MP4 needs a path or a seekable file"
+            )
     bitrate: int | None = None
     if fmt in DEFAULT_BITRATE_BPS:
         bitrate = DEFAULT_BITRATE_BPS[fmt] if bitrate_bps is None else bitrate_bps
+        if fmt is AudioFormat.M4B and bitrate_bps is None:  # 48 kbps is all 8 kHz AAC holds
+            bitrate = min(bitrate, AAC_MAX_BITS_PER_SAMPLE * int(sample_rate_hz))
         _validate_bitrate(fmt, sample_rate_hz, bitrate)
     return _PyAVWriter(target, fmt, int(sample_rate_hz), bitrate)
 
@@ -378,8 +435,9 @@ AudioSource = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
 class AudioInfo:
     """What decoding a file found.
 
-    ``format_name``: FFmpeg's container name (``"ogg"``, ``"mp3"``, ``"wav"``, ``"flac"``);
-    ``codec``: FFmpeg's codec name (``"opus"``, ``"mp3"``, ``"pcm_s16le"``, ``"flac"``);
+    ``format_name``: FFmpeg's container name (``"ogg"``, ``"mp3"``, ``"wav"``, ``"flac"``,
+    ``"mov,mp4,m4a,3gp,3g2,mj2"`` for m4b);
+    ``codec``: FFmpeg's codec name (``"opus"``, ``"mp3"``, ``"pcm_s16le"``, ``"flac"``, ``"aac"``);
     ``sample_rate_hz``: the content's rate (for Opus the original input rate, see the module
     docstring); ``duration_s``: decoded samples / decoded rate.
     """
@@ -490,9 +548,10 @@ def decode_to_pcm(
 ) -> tuple[PcmF32, int]:
     """The first audio stream as mono float32 (channels averaged) and its rate.
 
-    With ``sample_rate_hz`` the audio is resampled to it (:func:`voicelane.common.audio.pcm.resample`);
-    without, it comes at :attr:`AudioInfo.sample_rate_hz` (Opus: resampled from 48 kHz to the
-    original input rate). int16 sources are scaled by 1/32767, as :func:`int16_to_float` does.
+    With ``sample_rate_hz`` the audio is resampled to it
+    (:func:`voicelane.common.audio.pcm.resample`); without, it comes at
+    :attr:`AudioInfo.sample_rate_hz` (Opus: resampled from 48 kHz to the original input rate).
+    int16 sources are scaled by 1/32767, as :func:`int16_to_float` does.
     """
     dec = _decode(path_or_bytes)
     pcm = np.concatenate(dec.chunks) if dec.chunks else np.zeros(0, dtype=np.float32)

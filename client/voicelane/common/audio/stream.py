@@ -8,6 +8,10 @@ asks for the one it needs and the worker encodes it, so no front ever decodes an
   (OpenAI's ``/v1/audio/speech``): the pieces concatenated are the whole file;
 * ``pcm`` — raw 16-bit little-endian mono samples, no header (OpenAI's ``pcm``).
 
+``m4b`` is deliberately not among them: MP4 writes its index after the audio and patches
+sizes at the end, so it cannot be produced as a byte stream (``open_writer`` refuses a
+non-seekable target for it); it is a file format for jobs and renders only.
+
 :class:`ByteStreamEncoder` produces the byte-stream encodings from float32 PCM in pieces.
 A WAV stream cannot know its length when it starts: its RIFF sizes are set to the maximum
 (FFmpeg and browsers read such streams to their end). MP3 and Ogg written to a stream carry
@@ -22,7 +26,12 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from voicelane.common.audio.files import AudioFileWriter, AudioFormat, allowed_sample_rates, open_writer
+from voicelane.common.audio.files import (
+    AudioFileWriter,
+    AudioFormat,
+    allowed_sample_rates,
+    open_writer,
+)
 from voicelane.common.audio.opus import OPUS_SAMPLE_RATES_HZ
 from voicelane.common.audio.pcm import PcmF32, float_to_int16
 

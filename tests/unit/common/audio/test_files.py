@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from voicelane.common.audio.files import (
+    AAC_SAMPLE_RATES_HZ,
+    M4B_MAX_EXTRA_SAMPLES,
     MP3_MAX_EXTRA_SAMPLES,
     AudioFileWriter,
     AudioFormat,
@@ -32,7 +34,9 @@ EXPECTED = {
     AudioFormat.MP3: ("mp3", "mp3"),
     AudioFormat.WAV: ("wav", "pcm_s16le"),
     AudioFormat.FLAC: ("flac", "flac"),
+    AudioFormat.M4B: ("mov,mp4,m4a,3gp,3g2,mj2", "aac"),
 }
+SEEKABLE_ONLY = {AudioFormat.M4B}
 
 
 def _signal(rate: int, n: int) -> PcmF32:
@@ -68,12 +72,13 @@ def _corr(a: PcmF32, b: PcmF32) -> float:
 
 
 def test_audio_format_properties() -> None:
-    assert [f.value for f in AudioFormat] == ["ogg", "mp3", "wav", "flac"]
-    assert [f.extension for f in AudioFormat] == ["ogg", "mp3", "wav", "flac"]
+    assert [f.value for f in AudioFormat] == ["ogg", "mp3", "wav", "flac", "m4b"]
+    assert [f.extension for f in AudioFormat] == ["ogg", "mp3", "wav", "flac", "m4b"]
     assert AudioFormat.OGG.mime_type == "audio/ogg"
     assert AudioFormat.MP3.mime_type == "audio/mpeg"
     assert AudioFormat.WAV.mime_type == "audio/wav"
     assert AudioFormat.FLAC.mime_type == "audio/flac"
+    assert AudioFormat.M4B.mime_type == "audio/mp4"
     assert str(AudioFormat.FLAC) == "flac"
 
 
@@ -86,19 +91,20 @@ def test_audio_format_properties() -> None:
         ("Mp3", AudioFormat.MP3),
         ("WAV", AudioFormat.WAV),
         (" flac ", AudioFormat.FLAC),
+        ("M4B", AudioFormat.M4B),
     ],
 )
 def test_format_from_name(name: str, fmt: AudioFormat) -> None:
     assert format_from_name(name) is fmt
 
 
-@pytest.mark.parametrize("name", ["aac", "", "ogg/opus", "mpeg", "wave"])
+@pytest.mark.parametrize("name", ["aac", "", "ogg/opus", "mpeg", "wave", "m4a", "mp4"])
 def test_format_from_name_rejects_with_the_supported_list(name: str) -> None:
     with pytest.raises(UnsupportedFormatError) as info:
         format_from_name(name)
     message = str(info.value)
     assert "\n" not in message
-    assert "ogg, opus, mp3, wav, flac" in message
+    assert "ogg, opus, mp3, wav, flac, m4b" in message
     assert repr(name) in message
 
 
@@ -111,6 +117,7 @@ def test_format_from_name_rejects_with_the_supported_list(name: str) -> None:
         (Path("dir.x/song.Mp3"), AudioFormat.MP3),
         ("a.b.wav", AudioFormat.WAV),
         (Path("t.flac"), AudioFormat.FLAC),
+        ("book.M4B", AudioFormat.M4B),
     ],
 )
 def test_format_from_path(path: str | Path, fmt: AudioFormat) -> None:
@@ -133,11 +140,17 @@ def test_validate_sample_rate() -> None:
     for fmt in (AudioFormat.WAV, AudioFormat.FLAC):
         for rate in (8000, 22050, 96000, 192000):
             validate_sample_rate(fmt, rate)
+    for rate in AAC_SAMPLE_RATES_HZ:
+        validate_sample_rate(AudioFormat.M4B, rate)
+    assert 7350 not in AAC_SAMPLE_RATES_HZ  # an AAC rate, but under the project's 8 kHz floor
 
     with pytest.raises(UnsupportedFormatError, match="8000, 12000, 16000, 24000, 48000"):
         validate_sample_rate(AudioFormat.OGG, 22050)
     with pytest.raises(UnsupportedFormatError, match="11025, 12000, 16000, 22050"):
         validate_sample_rate(AudioFormat.MP3, 96000)
+    for rate in (7350, 7999, 20000, 192000):
+        with pytest.raises(UnsupportedFormatError, match=r"m4b .* allowed: 8000, 11025, 12000"):
+            validate_sample_rate(AudioFormat.M4B, rate)
     for fmt in (AudioFormat.WAV, AudioFormat.FLAC):
         for rate in (7999, 192001, 0):
             with pytest.raises(UnsupportedFormatError, match=r"8000\.\.192000"):
@@ -172,6 +185,12 @@ def _assert_duration(fmt: AudioFormat, duration_s: float, n: int, rate: int) -> 
     if fmt is AudioFormat.MP3:
         extra = round(duration_s * rate) - n
         assert 0 <= extra <= MP3_MAX_EXTRA_SAMPLES
+    elif fmt is AudioFormat.M4B:
+        # FFmpeg trims the priming (edit list) but not the last frame's padding: the written
+        # length rounded up to a whole 1024-sample AAC frame, exactly.
+        decoded = round(duration_s * rate)
+        assert decoded == -(-n // 1024) * 1024
+        assert 0 <= decoded - n <= M4B_MAX_EXTRA_SAMPLES
     else:
         assert duration_s == pytest.approx(n / rate, abs=1 / 48000)
 
@@ -196,6 +215,10 @@ def test_mp3_length_quirk_is_as_documented(n: int, extra: int) -> None:
         (AudioFormat.MP3, 44100),
         (AudioFormat.WAV, 96000),
         (AudioFormat.FLAC, 16000),
+        (AudioFormat.M4B, 8000),
+        (AudioFormat.M4B, 22050),
+        (AudioFormat.M4B, 44100),
+        (AudioFormat.M4B, 96000),
     ],
 )
 def test_other_rates(fmt: AudioFormat, rate: int) -> None:
@@ -219,7 +242,7 @@ def test_lossless_content_is_exact_to_int16(fmt: AudioFormat) -> None:
     np.testing.assert_allclose(y, np.clip(x, -1, 1), atol=0.5 / 32767 + 1e-7, rtol=0)
 
 
-@pytest.mark.parametrize("fmt", [AudioFormat.OGG, AudioFormat.MP3])
+@pytest.mark.parametrize("fmt", [AudioFormat.OGG, AudioFormat.MP3, AudioFormat.M4B])
 def test_lossy_content_is_aligned_without_a_shift(fmt: AudioFormat) -> None:
     rate = 24000
     x = _signal(rate, 2 * rate)
@@ -290,7 +313,7 @@ class _NonSeekable(io.RawIOBase):
         return len(b)
 
 
-@pytest.mark.parametrize("fmt", list(AudioFormat))
+@pytest.mark.parametrize("fmt", [f for f in AudioFormat if f not in SEEKABLE_ONLY])
 def test_writing_to_a_non_seekable_file_object(fmt: AudioFormat) -> None:
     rate = 24000
     x = _signal(rate, rate + 1)
@@ -310,6 +333,36 @@ def test_writing_to_a_non_seekable_file_object(fmt: AudioFormat) -> None:
         assert info.duration_s == pytest.approx(expected, abs=1 / rate)
     else:
         assert info.duration_s == pytest.approx(expected, abs=1 / 48000)
+
+
+def test_m4b_refuses_a_non_seekable_file_object() -> None:
+    # MP4 writes its index after the audio and patches sizes: no stream can carry it, which is
+    # why the live lane offers no m4b (voicelane.common.audio.stream).
+    sink = _NonSeekable()
+    with pytest.raises(UnsupportedFormatError, match="m4b cannot be written to a stream"):
+        open_writer(sink, AudioFormat.M4B, 24000)  # type: ignore[arg-type]
+    assert not sink.data
+
+
+def test_m4b_on_a_path_has_the_audiobook_brand_and_the_index_first(tmp_path: Path) -> None:
+    path = tmp_path / "book.m4b"
+    _write(path, AudioFormat.M4B, 24000, _signal(24000, 3 * 24000))
+    head = path.read_bytes()[:64]
+    assert head[4:12] == b"ftypM4B "
+    # faststart: the moov box (the index) follows ftyp, before the audio (mdat)
+    assert head.find(b"moov") != -1 and head.find(b"mdat") == -1
+    buf = io.BytesIO()
+    _write(buf, AudioFormat.M4B, 24000, _signal(24000, 3 * 24000))
+    assert buf.getvalue()[4:12] == b"ftypM4B "
+
+
+def test_m4b_bitrate_bounds() -> None:
+    open_writer(io.BytesIO(), AudioFormat.M4B, 8000, bitrate_bps=48000).close()
+    bad = r"m4b at 8000 Hz takes a bitrate of 16000\.\.48000 bps"
+    with pytest.raises(InvalidInputError, match=bad):
+        open_writer(io.BytesIO(), AudioFormat.M4B, 8000, bitrate_bps=64000)
+    with pytest.raises(InvalidInputError, match=r"16000\.\.320000"):
+        open_writer(io.BytesIO(), AudioFormat.M4B, 96000, bitrate_bps=8000)
 
 
 def _is_closed(writer: AudioFileWriter) -> bool:
@@ -391,6 +444,22 @@ def test_bitrate_sets_the_file_size() -> None:
     assert sizes[16000] == pytest.approx(16000 / 8 * 5, rel=0.2)
 
 
+def test_m4b_bitrate_sets_the_file_size() -> None:
+    x = _signal(24000, 10 * 24000)
+    sizes = {}
+    for bitrate in (32000, 96000):
+        buf = io.BytesIO()
+        with open_writer(buf, AudioFormat.M4B, 24000, bitrate_bps=bitrate) as writer:
+            writer.write(x)
+        sizes[bitrate] = len(buf.getvalue())
+    buf = io.BytesIO()
+    with open_writer(buf, AudioFormat.M4B, 24000) as writer:
+        writer.write(x)
+    assert len(buf.getvalue()) == pytest.approx(64000 / 8 * 10, rel=0.15)  # the default
+    assert sizes[32000] == pytest.approx(32000 / 8 * 10, rel=0.15)
+    assert sizes[96000] == pytest.approx(96000 / 8 * 10, rel=0.15)
+
+
 # ---- reading -----------------------------------------------------------------------------
 
 
@@ -431,8 +500,17 @@ def test_header_only_files() -> None:
         buf = io.BytesIO()
         open_writer(buf, fmt, 24000).close()
         assert probe(buf.getvalue()).duration_s == 0.0
-    for fmt in (AudioFormat.OGG, AudioFormat.MP3):
+    for fmt in (AudioFormat.OGG, AudioFormat.MP3, AudioFormat.M4B):
         buf = io.BytesIO()
         open_writer(buf, fmt, 24000).close()
         with pytest.raises(InvalidInputError):
             probe(buf.getvalue())
+
+
+@pytest.mark.parametrize(("n", "decoded"), [(8, 0), (9, 1024), (1025, 2048)])
+def test_m4b_tiny_files_are_as_documented(n: int, decoded: int) -> None:
+    # FFmpeg's aac encoder emits only its priming packet for 8 samples or fewer.
+    buf = io.BytesIO()
+    _write(buf, AudioFormat.M4B, 24000, np.full(n, 0.1, dtype=np.float32))
+    y, _ = decode_to_pcm(buf.getvalue())
+    assert len(y) == decoded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from voicelane.common.audio.files import MP3_MAX_EXTRA_SAMPLES, decode_to_pcm, probe
+from voicelane.common.audio.files import MP3_MAX_EXTRA_SAMPLES, AudioFormat, decode_to_pcm, probe
 from voicelane.common.audio.pcm import PcmF32
 from voicelane.common.audio.stream import (
     ByteStreamEncoder,
@@ -72,3 +72,10 @@ def test_sample_rates_per_encoding() -> None:
     assert 22050 in stream_sample_rates(StreamEncoding.PCM)
     assert 96000 not in stream_sample_rates(StreamEncoding.MP3)
     assert {e.media_type for e in StreamEncoding} >= {"audio/ogg", "audio/mpeg", "audio/pcm"}
+
+
+def test_no_live_stream_offers_m4b() -> None:
+    # m4b is a file format for jobs and renders: MP4 cannot be written as a byte stream.
+    assert AudioFormat.M4B.value not in {e.value for e in StreamEncoding}
+    with pytest.raises(ValueError, match="'m4b' is not a valid StreamEncoding"):
+        StreamEncoding("m4b")
