@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from html.entities import html5 as _HTML5
+from html.entities import html5 as html5_entities
 from xml.parsers import expat
 
 __all__ = [
@@ -104,9 +104,7 @@ _START_TAG_END = re.compile(r"""(?:[^>"']|"[^"]*"|'[^']*')*>""")
 """The rest of a start tag, to its ``>`` (which may appear inside quoted values)."""
 _REFERENCE = re.compile(r"&(?:#x[0-9a-fA-F]+|#[0-9]+|amp|lt|gt|quot|apos);|\r\n?")
 _CDATA_LINE_END = re.compile(r"\r\n?")
-_REFERENCE_HTML = re.compile(
-    r"&(?:#x[0-9a-fA-F]+|#[0-9]+|[A-Za-z][A-Za-z0-9]*);|\r\n?"
-)
+_REFERENCE_HTML = re.compile(r"&(?:#x[0-9a-fA-F]+|#[0-9]+|[A-Za-z][A-Za-z0-9]*);|\r\n?")
 """References when HTML's named entities are read (``html_entities``)."""
 _NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
 
@@ -120,7 +118,7 @@ def _decode(reference: str) -> str:
         return chr(int(reference[3:-1].lstrip("0") or "0", 16))
     if reference.startswith("&#"):
         return chr(int(reference[2:-1].lstrip("0") or "0"))
-    return _NAMED.get(reference) or _HTML5.get(reference[1:], reference)
+    return _NAMED.get(reference) or html5_entities.get(reference[1:], reference)
 
 
 class _Builder:
@@ -328,7 +326,9 @@ class _Builder:
         return 0
 
     def _skipped(self, name: str, is_parameter: int) -> None:
-        character = _HTML5.get(name + ";") if self.html_entities and not is_parameter else None
+        character = (
+            html5_entities.get(name + ";") if self.html_entities and not is_parameter else None
+        )
         if character is None:
             self._fail(f"undefined entity &{name};")
             return

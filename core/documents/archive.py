@@ -104,7 +104,9 @@ class SafeArchive:
         try:
             self._zip = zipfile.ZipFile(io.BytesIO(data))
         except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as e:
-            raise InvalidDocumentError(f"{kind} is not a readable zip archive ({e})", field="file")
+            raise InvalidDocumentError(
+                f"{kind} is not a readable zip archive ({e})", field="file"
+            ) from None
         infos = self._zip.infolist()
         if len(infos) > limits.max_archive_members:
             self._too_many(len(infos))

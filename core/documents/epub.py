@@ -330,9 +330,7 @@ def _ncx_toc(archive: SafeArchive, package: _Package, limits: DocumentLimits) ->
     return entries
 
 
-def _walk_nav_points(
-    parent: XmlElement, level: int, base: str, entries: list[_TocEntry]
-) -> None:
+def _walk_nav_points(parent: XmlElement, level: int, base: str, entries: list[_TocEntry]) -> None:
     for point in _children(parent, "navPoint"):
         labels = _descendants(point, "text")
         contents = _children(point, "content")

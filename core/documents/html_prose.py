@@ -35,22 +35,111 @@ MAX_HEADING_CHAPTER_LEVEL = 3
 """h1..h3 become chapters (pandoc's default toc-depth)."""
 
 BLOCKS = frozenset(
-    "address article aside blockquote body caption center dd details dialog dir div dl dt "
-    "fieldset figcaption figure footer form h1 h2 h3 h4 h5 h6 header hgroup hr html legend li "
-    "main menu ol p pre section summary table tbody td tfoot th thead tr ul".split()
+    {
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "body",
+        "caption",
+        "center",
+        "dd",
+        "details",
+        "dialog",
+        "dir",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hgroup",
+        "hr",
+        "html",
+        "legend",
+        "li",
+        "main",
+        "menu",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tbody",
+        "td",
+        "tfoot",
+        "th",
+        "thead",
+        "tr",
+        "ul",
+    }
 )
 VOID = frozenset(
-    "area base br col embed hr img input keygen link meta param source track wbr".split()
+    {
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "keygen",
+        "link",
+        "meta",
+        "param",
+        "source",
+        "track",
+        "wbr",
+    }
 )
 SKIPPED_TAGS = frozenset(
-    "head script style template noscript nav svg math iframe object embed canvas audio video "
-    "select textarea button datalist".split()
+    {
+        "audio",
+        "button",
+        "canvas",
+        "datalist",
+        "embed",
+        "head",
+        "iframe",
+        "math",
+        "nav",
+        "noscript",
+        "object",
+        "script",
+        "select",
+        "style",
+        "svg",
+        "template",
+        "textarea",
+        "video",
+    }
 )
 SKIPPED_TYPES = frozenset(
-    "noteref footnote footnotes endnote endnotes rearnote rearnotes pagebreak toc".split()
+    {
+        "endnote",
+        "endnotes",
+        "footnote",
+        "footnotes",
+        "noteref",
+        "pagebreak",
+        "rearnote",
+        "rearnotes",
+        "toc",
+    }
 )
 SKIPPED_ROLES = frozenset(
-    "doc-noteref doc-footnote doc-endnote doc-endnotes doc-pagebreak doc-toc".split()
+    {"doc-endnote", "doc-endnotes", "doc-footnote", "doc-noteref", "doc-pagebreak", "doc-toc"}
 )
 _CLOSED_BY = {
     "p": frozenset({"p"}),
@@ -102,8 +191,8 @@ def _skipped(tag: str, attrs: Attrs) -> bool:
     roles = attrs.get("role")
     if roles and not SKIPPED_ROLES.isdisjoint(roles.split()):
         return True
-    style = attrs.get("style")
-    return bool(style) and "display:none" in style.replace(" ", "").lower()
+    style = attrs.get("style") or ""
+    return "display:none" in style.replace(" ", "").lower()
 
 
 def _is_note_marker(events: list[tuple[str, str, Attrs]]) -> bool:

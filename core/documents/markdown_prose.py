@@ -30,7 +30,9 @@ from voicelane.core.documents.prose import ProseWriter
 
 __all__ = ["markdown_document", "split_front_matter"]
 
-_FRONT_MATTER = re.compile(r"\A(?:\ufeff)?---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S | re.M)
+_FRONT_MATTER = re.compile(
+    r"\A(?:\ufeff)?---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S | re.M
+)
 _KEY_VALUE = re.compile(r"^([A-Za-z][\w-]*)[ \t]*:[ \t]*(.*?)[ \t]*$")
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\s]+\]")
 _FOOTNOTE_DEFINITION = re.compile(r"\A\[\^[^\]\s]+\]:")
@@ -77,9 +79,7 @@ def _drop_footnotes(state: StateCore) -> None:
     state.tokens = kept
 
 
-def _nothing(
-    _self: Any, _tokens: Sequence[Token], _index: int, _options: Any, _env: Any
-) -> str:
+def _nothing(_self: Any, _tokens: Sequence[Token], _index: int, _options: Any, _env: Any) -> str:
     return ""
 
 
