@@ -12,8 +12,9 @@ Blocks (``p``, headings, ``li``, table cells, ``div``...) each start a paragraph
 prose; everything else is inline. **Not read** (nor anything inside): ``head``, ``script``,
 ``style``, ``template``, ``noscript``, ``nav``, ``svg``, ``math``, form controls, media
 fallbacks; elements marked ``hidden``/``aria-hidden="true"``/``display:none``; footnote
-markers (``epub:type``/``role`` ``noteref``/``doc-noteref``, and a ``<sup>`` holding only
-a link to a fragment or only digits); note bodies (``epub:type`` footnote(s), endnote(s),
+markers (``epub:type``/``role`` ``noteref``/``doc-noteref``, a ``<sup>`` holding only
+a link to a fragment or only digits, a link to a fragment whose text is only digits and
+brackets, ``<a href="#fn1">[1]</a>``); note bodies (``epub:type`` footnote(s), endnote(s),
 rearnote(s), ``role`` doc-footnote, doc-endnote(s)); page numbers (``epub:type`` pagebreak,
 ``role`` doc-pagebreak); a printed table of contents (``epub:type`` toc, ``role`` doc-toc);
 images (their ``alt`` is read with ``read_alt_text``); link URLs (the link's text is read).
@@ -175,9 +176,11 @@ class _Open:
 
 
 @dataclass(slots=True)
-class _Sup:
-    """A ``<sup>`` held back until its end tag says whether it is a footnote marker."""
+class _Held:
+    """A ``<sup>``, or a link to a fragment, held back until its end tag says whether it
+    is a footnote marker."""
 
+    tag: str
     depth: int = 1
     events: list[tuple[str, str, Attrs]] = field(default_factory=list)
 
@@ -195,8 +198,12 @@ def _skipped(tag: str, attrs: Attrs) -> bool:
     return "display:none" in style.replace(" ", "").lower()
 
 
-def _is_note_marker(events: list[tuple[str, str, Attrs]]) -> bool:
-    """A sup's content is only digits (and brackets), or only a link to a fragment."""
+def _is_note_marker(tag: str, events: list[tuple[str, str, Attrs]]) -> bool:
+    """A sup's content is only digits (and brackets), or only a link to a fragment; a
+    link's to a fragment only digits (and brackets): ``<a href="#fn1">[1]</a>``."""
+    if tag == "a":
+        text = "".join(value for kind, value, _ in events if kind == "data")
+        return bool(text.strip()) and _NOTE_MARK.fullmatch(text) is not None
     text_outside_links: list[str] = []
     link_depth = 0
     linked = False
@@ -228,7 +235,7 @@ class _ProseParser(HTMLParser):
         self.elements = 0
         self.facts = HtmlFacts()
         self._title: list[str] | None = None
-        self._sup: _Sup | None = None
+        self._held: _Held | None = None
 
     # -- HTMLParser's events: counted, then held back inside a sup, else handled
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -238,14 +245,16 @@ class _ProseParser(HTMLParser):
                 f"{self.kind} has more than {self.limits.max_elements:,} elements", field="file"
             )
         values = {name: value or "" for name, value in attrs}
-        if self._sup is not None:
-            if tag == "sup":
-                self._sup.depth += 1
-            self._sup.events.append(("start", tag, values))
+        if self._held is not None:
+            if tag == self._held.tag:
+                self._held.depth += 1
+            self._held.events.append(("start", tag, values))
             return
-        if tag == "sup" and not self.skipping:
-            self._sup = _Sup()
-            self._start("sup", values)  # its id and its place in the stack, now
+        if not self.skipping and (
+            tag == "sup" or (tag == "a" and "#" in values.get("href", ""))
+        ):
+            self._held = _Held(tag)
+            self._start(tag, values)  # its id and its place in the stack, now
             return
         self._start(tag, values)
 
@@ -255,21 +264,21 @@ class _ProseParser(HTMLParser):
             self.handle_endtag(tag)
 
     def handle_endtag(self, tag: str) -> None:
-        sup = self._sup
-        if sup is not None:
-            if tag == "sup":
-                sup.depth -= 1
-                if not sup.depth:
-                    self._sup = None
-                    self._replay(sup)
+        held = self._held
+        if held is not None:
+            if tag == held.tag:
+                held.depth -= 1
+                if not held.depth:
+                    self._held = None
+                    self._replay(held)
                     return
-            sup.events.append(("end", tag, {}))
+            held.events.append(("end", tag, {}))
             return
         self._end(tag)
 
     def handle_data(self, data: str) -> None:
-        if self._sup is not None:
-            self._sup.events.append(("data", data, {}))
+        if self._held is not None:
+            self._held.events.append(("data", data, {}))
             return
         self._data(data)
 
@@ -280,17 +289,17 @@ class _ProseParser(HTMLParser):
                 field="file",
             )
 
-    def _replay(self, sup: _Sup) -> None:
-        """The sup's content, handled now (or dropped: a footnote marker), and its end."""
-        if not _is_note_marker(sup.events):
-            for kind, value, attrs in sup.events:
+    def _replay(self, held: _Held) -> None:
+        """What was held, handled now (or dropped: a footnote marker), and its end."""
+        if not _is_note_marker(held.tag, held.events):
+            for kind, value, attrs in held.events:
                 if kind == "start":
                     self._start(value, attrs)
                 elif kind == "end":
                     self._end(value)
                 else:
                     self._data(value)
-        self._end("sup")
+        self._end(held.tag)
 
     # -- the work
     def _start(self, tag: str, attrs: Attrs) -> None:
@@ -372,9 +381,9 @@ class _ProseParser(HTMLParser):
 
     def finish(self) -> None:
         self.close()
-        if self._sup is not None:  # an unclosed sup: what it held is read
-            sup, self._sup = self._sup, None
-            self._replay(sup)
+        if self._held is not None:  # never closed: what it held is read
+            held, self._held = self._held, None
+            self._replay(held)
         while self.stack:
             self._close(self.stack.pop())
 

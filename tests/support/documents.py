@@ -357,7 +357,7 @@ def epub2_ncx_epub() -> BuiltDocument:
     }
     return BuiltDocument(
         data=zip_epub(members),
-        toc_titles=("Part One", "The Wheel", "The\u00a0Stones", "Part Two"),
+        toc_titles=("Part One", "The Wheel", "The Stones", "Part Two"),
         toc_levels=(1, 2, 2, 1),
         title="The Old Mill",
         author="Mary Miller",
