@@ -55,8 +55,18 @@ def test_the_prose_is_one_block_per_paragraph_with_whitespace_collapsed() -> Non
 
 @pytest.mark.parametrize(
     "absent",
-    ["script text", "color", "Home menu", "Note body", "12", "hidden text", "template text",
-     "a photo", "example.com", "Le Phare"],
+    [
+        "script text",
+        "color",
+        "Home menu",
+        "Note body",
+        "12",
+        "hidden text",
+        "template text",
+        "a photo",
+        "example.com",
+        "Le Phare",
+    ],
 )
 def test_what_is_not_prose_is_not_read(absent: str) -> None:
     assert absent not in html_document(PAGE, limits=LIMITS).text
