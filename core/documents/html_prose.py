@@ -250,9 +250,7 @@ class _ProseParser(HTMLParser):
                 self._held.depth += 1
             self._held.events.append(("start", tag, values))
             return
-        if not self.skipping and (
-            tag == "sup" or (tag == "a" and "#" in values.get("href", ""))
-        ):
+        if not self.skipping and (tag == "sup" or (tag == "a" and "#" in values.get("href", ""))):
             self._held = _Held(tag)
             self._start(tag, values)  # its id and its place in the stack, now
             return

@@ -91,10 +91,10 @@ def _book(files: dict[str, str], nav: str, spine: str, *, cover: bytes | None = 
 <manifest>{manifest}</manifest><spine>{spine}</spine></package>"""
     members = {
         "META-INF/container.xml": (
-            '<container xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
-            '<rootfile full-path="content.opf" media-type="application/oebps-package+xml"/>'
-            "</rootfiles></container>"
-        ).encode(),
+            b'<container xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
+            b'<rootfile full-path="content.opf" media-type="application/oebps-package+xml"/>'
+            b"</rootfiles></container>"
+        ),
         "content.opf": opf.encode(),
         "nav.xhtml": (
             '<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">'

@@ -21,7 +21,8 @@ PAGE = """<!DOCTYPE html>
 heading.</p>
 <h1 id="one">First <em>part</em></h1>
 <p>Text with a note<sup><a href="#fn1">1</a></sup> and x<sup>2</sup> and H<sub>2</sub>O.</p>
-<p>Marked note<a href="#fn2" role="doc-noteref">[2]</a> and a <a href="https://example.com/x">link text</a>.</p>
+<p>Marked note<a href="#fn2" role="doc-noteref">[2]</a> and a
+<a href="https://example.com/x">link text</a>.</p>
 <span role="doc-pagebreak" title="12">12</span>
 <h2>Second</h2><ul><li>one<li>two</ul>
 <table><tr><td>cell a<td>cell b</table>
@@ -110,7 +111,7 @@ def test_tag_soup_closes_paragraphs_and_list_items() -> None:
 
 def test_ten_thousand_nested_elements_are_refused_at_the_depth_cap() -> None:
     source = "<div>" * 10_000 + "x" + "</div>" * 10_000
-    with pytest.raises(InvalidDocumentError, match="^HTML nested deeper than 256 elements$"):
+    with pytest.raises(InvalidDocumentError, match=r"^HTML nested deeper than 256 elements$"):
         html_document(source, limits=LIMITS)
 
 
@@ -139,7 +140,7 @@ def test_an_internal_dtd_subset_is_refused() -> None:
 
 
 def test_no_readable_text_is_refused() -> None:
-    with pytest.raises(InvalidDocumentError, match="^HTML has no readable text$"):
+    with pytest.raises(InvalidDocumentError, match=r"^HTML has no readable text$"):
         html_document("<html><head><title>T</title></head><body><img alt=x></body>", limits=LIMITS)
 
 

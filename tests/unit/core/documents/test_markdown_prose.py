@@ -110,5 +110,5 @@ def test_split_front_matter_reads_simple_lines_only() -> None:
 
 
 def test_only_code_and_raw_html_is_no_readable_text() -> None:
-    with pytest.raises(InvalidDocumentError, match="^Markdown has no readable text$"):
+    with pytest.raises(InvalidDocumentError, match=r"^Markdown has no readable text$"):
         markdown_document("```\ncode\n```\n\n<div>raw</div>\n", limits=LIMITS)
