@@ -16,6 +16,7 @@ from tests.support.documents import (
     epub2_ncx_epub,
     pandoc_epub,
     png_bytes,
+    require_pandoc,
     zip_epub,
 )
 from voicelane.common.errors import InvalidDocumentError
@@ -166,3 +167,13 @@ def test_a_spine_item_missing_from_the_archive_is_named() -> None:
         match=r"^EPUB: 'OEBPS/part1.xhtml' \(in the spine\) is not in the archive$",
     ):
         epub_document(zip_epub(members), limits=LIMITS)
+
+
+def test_pandoc_missing_fails_under_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tests.support.documents.shutil.which", lambda _name: None)
+    monkeypatch.setenv("CI", "1")
+    with pytest.raises(pytest.fail.Exception, match="required when CI is set"):
+        require_pandoc()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="pandoc is not installed"):
+        require_pandoc()
