@@ -18,9 +18,11 @@ import pytest
 import srt
 import webvtt
 
+from tests.support.documents import ebooklib_epub, pandoc_epub
 from tests.support.jobs import espeak_context
 from tests.support.tools import require_tool
 from voicelane.common.audio import decode_to_pcm
+from voicelane.core.documents import DocumentLimits, read_document
 from voicelane.core.job_files import subtitles_key
 from voicelane.core.ledger import BookInfo, ChapterInfo, JobOptions, JobState
 from voicelane.core.subtitles import Subtitles
@@ -177,6 +179,45 @@ def test_an_m4b_book_has_its_chapters_where_their_audio_starts_with_tags_and_cov
     assert not ctx.storage.exists("acme/cover-upload.png")
 
 
+@pytest.mark.parametrize("producer", ["pandoc", "ebooklib"])
+def test_epubs_of_third_party_producers_become_m4bs_with_their_table_of_contents(
+    ctx: JobContext, tmp_path: Path, producer: str
+) -> None:
+    built = pandoc_epub(tmp_path) if producer == "pandoc" else ebooklib_epub()
+    document = read_document(built.data, filename="book.epub", limits=DocumentLimits(10**6))
+    cover_key = None
+    if document.cover is not None:
+        cover_key = f"acme/{producer}-cover"
+        ctx.storage.put_bytes(cover_key, document.cover.data)
+    book = BookInfo(
+        kind=document.kind,
+        title=document.title,
+        author=document.author,
+        language=document.language,
+        chapters=tuple(ChapterInfo(c.title, c.start, c.level) for c in document.chapters),
+        cover_key=cover_key,
+        cover_media_type=document.cover.media_type if document.cover else None,
+    )
+    job_id = run_job(ctx, document.text, "m4b", book)
+    path = output_path(ctx, job_id, tmp_path, "book.m4b")
+    info = ffprobe(path)
+    # Chapter count and titles equal the book's table of contents.
+    assert [c["tags"]["title"] for c in info["chapters"]] == list(built.toc_titles)
+    tags = {k.lower(): v for k, v in info["format"]["tags"].items()}
+    assert tags["title"] == built.title and tags["artist"] == built.author
+    if built.cover is not None:
+        assert cover_of_m4b(path) == built.cover
+    pcm, rate = decode_to_pcm(path)  # decodes end to end
+    voiced = voiced_frames(pcm, rate)
+    for chapter in info["chapters"]:
+        mark_ms = float(chapter["start_time"]) * 1000
+        heard_ms = onset_ms(voiced, mark_ms - 1000)
+        assert abs(heard_ms - mark_ms) <= 100, (chapter["tags"]["title"], mark_ms, heard_ms)
+    subs = Subtitles.from_json(json.loads(subtitles_of(ctx, job_id, "json")))
+    assert [c.title for c in subs.chapters] == list(built.toc_titles)
+    assert all(document.text[s.char_start : s.char_end] == s.text for s in subs.sentences)
+
+
 def cover_of_m4b(path: Path) -> bytes | None:
     from mutagen.mp4 import MP4
 
@@ -231,7 +272,7 @@ def test_subtitles_match_the_sentences_and_the_audio_as_delivered(
     assert [c.title for c in subs.chapters] == [title for title, _ in CHAPTERS]
     # WebVTT and SRT parse with kept libraries, with the same cues.
     vtt = webvtt.from_buffer(io.StringIO(subtitles_of(ctx, job_id, "vtt")))
-    assert [" ".join(c.text.split()) for c in vtt] == expected
+    assert [" ".join(c.text.split()) for c in vtt.captions] == expected
     cues = list(srt.parse(subtitles_of(ctx, job_id, "srt")))
     assert [" ".join(c.content.split()) for c in cues] == expected
     assert [round(c.start.total_seconds() * 1000) for c in cues] == [s.start_ms for s in sentences]

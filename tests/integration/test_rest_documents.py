@@ -30,9 +30,7 @@ ACME = {"Authorization": "Bearer acme-key-0001"}
 
 
 @pytest.fixture
-def api(
-    redis_url: str, tmp_path: Path
-) -> Iterator[tuple[TestClient, redis.Redis, LocalStorage]]:
+def api(redis_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, redis.Redis, LocalStorage]]:
     settings = ApiSettings(redis_url=redis_url, api_keys="acme:acme-key-0001")
     storage = LocalStorage(LocalStorageSettings(root=tmp_path / "storage", secret="s" * 40))
     storage.prepare()
@@ -47,9 +45,7 @@ def snapshot(connection: redis.Redis) -> tuple[int, dict[str, int]]:
     return int(connection.dbsize()), {q: int(connection.llen(q)) for q in QUEUES}
 
 
-@pytest.mark.parametrize(
-    "build", [pandoc_epub, ebooklib_epub], ids=["pandoc", "ebooklib"]
-)
+@pytest.mark.parametrize("build", [pandoc_epub, ebooklib_epub], ids=["pandoc", "ebooklib"])
 def test_an_epub_upload_is_a_job_with_its_toc_metadata_and_cover(
     api: tuple[TestClient, redis.Redis, LocalStorage], tmp_path: Path, build: object
 ) -> None:
