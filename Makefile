@@ -37,11 +37,13 @@ $(CHATTTS_STAMP): pyproject.toml scripts/install-chattts.sh $(STAMP)
 
 install-chattts: $(CHATTTS_STAMP)
 
-# Debian's Prometheus (with promtool), for the tests that evaluate the dashboard and alert
-# rules against it; its service is not started (the tests run their own, on a free port).
-PROMETHEUS_STAMP := $(VENV)/.installed-prometheus
+# What only the tests run: Debian's Prometheus (with promtool), for the tests that evaluate
+# the dashboard and alert rules against it (its service is not started: the tests run their
+# own, on a free port); ffmpeg's ffprobe, which reads the books' chapter marks back; pandoc,
+# a third-party EPUB producer for the document tests.
+PROMETHEUS_STAMP := $(VENV)/.installed-test-tools
 $(PROMETHEUS_STAMP): scripts/install-system-deps.sh $(SYSTEM_STAMP)
-	PYTHON=$(PYTHON) scripts/install-system-deps.sh prometheus
+	PYTHON=$(PYTHON) scripts/install-system-deps.sh prometheus ffmpeg pandoc
 	@touch $@
 
 install-prometheus: $(PROMETHEUS_STAMP)

@@ -445,6 +445,13 @@ def _cmd_jobs_submit(args: argparse.Namespace, cli: CliSettings) -> int:
     source = Path(args.input)
     if not source.is_file():
         raise InvalidInputError(f"{args.input}: no such file")
+    subtitles = Path(args.subtitles) if args.subtitles else None
+    subtitles_format = None
+    if subtitles is not None:
+        from voicelane.core.subtitles import parse_subtitle_format
+
+        suffix = subtitles.suffix.lstrip(".").lower()
+        subtitles_format = parse_subtitle_format(args.subtitles_format or suffix or "vtt")
     return _submit_and_fetch(
         args.server or cli.server,
         api_key,
@@ -457,7 +464,10 @@ def _cmd_jobs_submit(args: argparse.Namespace, cli: CliSettings) -> int:
             "normalize": None if args.normalize else False,
             "ssml": True if args.ssml else None,
             "lexicons": _lexicon_names(args),
+            "input_format": args.input_format,
+            "split_chapters": True if args.split_chapters else None,
         },
+        subtitles=(subtitles, subtitles_format) if subtitles and subtitles_format else None,
     )
 
 
@@ -471,16 +481,17 @@ def _submit_and_fetch(
     fmt: str | None,
     timeout_s: float,
     text_fields: dict[str, Any] | None = None,
+    subtitles: tuple[Path, str] | None = None,
 ) -> int:
-    """Submit ``source`` as a job, show its progress, print its link, download it."""
+    """Upload ``source`` as a job (any format the server reads: text, Markdown, HTML, SSML,
+    EPUB), show its progress, print its link, download it (and its subtitles)."""
     from voicelane.client import JobsClient
+    from voicelane.common.atomic import atomic_output
     from voicelane.common.errors import RemoteError
-    from voicelane.core.text_input import decode_text
 
-    text = decode_text(source.read_bytes(), max_chars=10_000_000, source=str(source))
     client = JobsClient(server, api_key)
     try:
-        job = client.submit(text, voice=voice, format=fmt, **(text_fields or {}))
+        job = client.submit_file(source, voice=voice, format=fmt, **(text_fields or {}))
         print(f"submitted job {job['id']} ({job['characters']} characters)")
         job = client.wait(job["id"], timeout_s=timeout_s, out=sys.stderr)
         if job["state"] != "done":
@@ -495,6 +506,12 @@ def _submit_and_fetch(
                 f"{output}: {job['output']['duration_s']:.1f} s of audio, {size:,} bytes, "
                 f"sha256 {job['output']['sha256'][:16]}..."
             )
+        if subtitles is not None:
+            target, subtitles_format = subtitles
+            data = client.subtitles(job["id"], subtitles_format)
+            with atomic_output(target) as part:
+                part.write_bytes(data)
+            print(f"{target}: {subtitles_format} subtitles, {len(data):,} bytes")
         return 0
     finally:
         client.close()
@@ -657,6 +674,20 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--voice")
     submit.add_argument("--format")
     submit.add_argument("--timeout", type=float, default=600.0, help="seconds to wait")
+    submit.add_argument(
+        "--subtitles",
+        metavar="FILE",
+        help="also download the subtitles here (format from the extension: .vtt, .srt, .json)",
+    )
+    submit.add_argument("--subtitles-format", choices=("vtt", "srt", "json"))
+    submit.add_argument(
+        "--input-format",
+        choices=("text", "markdown", "html", "ssml", "epub"),
+        help="what FILE is (default: told by the server from its content and name)",
+    )
+    submit.add_argument(
+        "--split-chapters", action="store_true", help="also one audio file per chapter"
+    )
     _add_reading_options(submit)
     _add_lexicon_names(submit)
     submit.set_defaults(handler=_cmd_jobs_submit)

@@ -177,12 +177,20 @@ class BatchClient:
         self.enqueue = enqueue
 
     def submit(
-        self, tenant: str, options: JobOptions, text: str, *, max_queued_chars: int | None = None
+        self,
+        tenant: str,
+        options: JobOptions,
+        text: str,
+        *,
+        max_queued_chars: int | None = None,
+        job_id: str | None = None,
     ) -> Job:
         """Write the job to the ledger (within the tenant's queued-characters quota) and queue
         its planning. If the queue cannot take it, the job is failed at once (never left
-        queued forever) and UnavailableError raised."""
-        job = self.ledger.jobs.create(tenant, options, text, max_queued_chars=max_queued_chars)
+        queued forever) and UnavailableError raised. ``job_id``: drawn by the caller."""
+        job = self.ledger.jobs.create(
+            tenant, options, text, max_queued_chars=max_queued_chars, job_id=job_id
+        )
         try:
             self.enqueue(PLAN_TASK, job.id)
         except Exception as error:

@@ -8,6 +8,9 @@ POSTs callbacks (``voicelane.workers.jobs.notify_job``) show a job this way, so 
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from voicelane.core.ledger import Job, JobState
@@ -50,7 +53,65 @@ def job_summary(job: Job, *, now: float | None = None) -> dict[str, Any]:
         "ssml": job.options.text_options.ssml,
         "lexicons": list(job.options.text_options.lexicon_names),
         "callback_url": job.options.callback_url,
+        "input_format": job.options.book.kind,
+        **({"title": job.options.book.title} if job.options.book.title else {}),
+        **({"author": job.options.book.author} if job.options.book.author else {}),
     }
+
+
+def chapter_views(
+    job: Job, extras: Mapping[str, str], done: set[int], *, now: float | None = None
+) -> list[dict[str, Any]]:
+    """Each chapter of the job's document: its title and level, its chunks done and to do,
+    its progress and ETA (at the job's pace so far: chunks are rendered in order, so a
+    chapter is done when every chunk up to its last is), and where it is in the audio once
+    the job is done. ``extras``: the planner's and assembler's records
+    (``Jobs.extras``); ``done``: the chunks committed (unused once the job is final)."""
+    chapters = job.options.book.chapters
+    firsts: list[int] = json.loads(extras.get("chapter_chunks", "[]"))
+    times: list[list[int]] = json.loads(extras.get("chapter_times", "[]"))
+    ranges = _chapter_ranges(firsts, job.chunks_total, len(chapters))
+    pace_s = None
+    if job.started_at is not None and job.chunks_done and not job.state.final:
+        pace_s = ((now or time.time()) - job.started_at) / job.chunks_done
+    out = []
+    for index, chapter in enumerate(chapters):
+        first, stop = ranges[index]
+        total = stop - first
+        finished = job.state is JobState.DONE
+        chunks_done = total if finished else sum(1 for n in range(first, stop) if n in done)
+        view: dict[str, Any] = {
+            "title": chapter.title,
+            "level": chapter.level,
+            "chunks_total": total,
+            "chunks_done": chunks_done,
+            "progress": round(chunks_done / total, 4) if total else (1.0 if finished else 0.0),
+            "eta_s": None,
+        }
+        if pace_s is not None and total:
+            behind = sum(1 for n in range(stop) if n not in done)
+            view["eta_s"] = round(pace_s * behind, 1)
+        if finished and index < len(times):
+            view["start_s"] = times[index][0] / 1000
+            view["end_s"] = times[index][1] / 1000
+        out.append(view)
+    return out
+
+
+def _chapter_ranges(firsts: list[int], chunks_total: int, count: int) -> list[tuple[int, int]]:
+    """Each chapter's chunks ``[first, stop)``; empty for a chapter with none of its own
+    (or before the job is planned)."""
+    if len(firsts) != count:
+        return [(0, 0)] * count
+    starts = sorted(n for n in firsts if n >= 0)
+    out = []
+    for n in firsts:
+        if n < 0:
+            out.append((0, 0))
+            continue
+        later = [m for m in starts if m > n]
+        out.append((n, later[0] if later else chunks_total))
+    return out
 
 
 def _round(value: float | None) -> float | None:

@@ -24,11 +24,13 @@ from voicelane.core.text_map import Mapped
 
 __all__ = [
     "MarkTiming",
+    "SentenceTiming",
     "TimedSegment",
     "WordStart",
     "WordTiming",
     "mark_times_ms",
     "segment_word_timings",
+    "trimmed_span",
 ]
 
 
@@ -78,6 +80,21 @@ class WordTiming:
 
 
 @dataclass(frozen=True, slots=True)
+class SentenceTiming:
+    """A spoken segment (a sentence, or the part of a long one the splitter cut) and when
+    its speech is heard: from its voiced onset to the end of its voiced audio."""
+
+    text: str
+    """The original input's characters ``[char_start, char_end)``."""
+    start_ms: int
+    end_ms: int
+    char_start: int
+    char_end: int
+    words: tuple[WordTiming, ...] = ()
+    """Its words (engines that time words; else empty)."""
+
+
+@dataclass(frozen=True, slots=True)
 class MarkTiming:
     """An SSML ``mark`` and when it is reached in the delivered audio."""
 
@@ -96,6 +113,7 @@ def segment_word_timings(
     start_ms: float,
     voiced_ms: float,
     source: str,
+    source_offset: int = 0,
 ) -> list[WordTiming]:
     """The words of one segment, timed in the delivered audio and spanning ``source`` (the
     original input).
@@ -108,13 +126,15 @@ def segment_word_timings(
     Engine words that map into one replaced span of the input (``$3.5M`` spoken as "three
     point five million dollars") become one timing over that span: the start of its first
     word, the end of its last. Each timing ends where the next one starts. No word events
-    (an engine without word times): one timing for the whole segment.
+    (an engine without word times): one timing for the whole segment. ``source_offset``:
+    ``source`` is the input from that offset on (a job's chunk holds its own part only);
+    spans stay offsets into the whole input.
     """
     end_ms = start_ms + max(0.0, voiced_ms)
     spans: list[tuple[int, int, float]] = []  # (source start, source end, start ms)
     for word in sorted(words, key=lambda w: (w.sample, w.char_start)):
         src_start, src_end = segment.mapping.source_span(word.char_start, word.char_end)
-        src_start, src_end = _trimmed(source, src_start, src_end)
+        src_start, src_end = trimmed_span(source, src_start, src_end, source_offset)
         if src_end <= src_start:
             continue  # nothing of the input (an inserted word): the previous word's time
         at_ms = min(end_ms, start_ms + max(0, word.sample) * 1000.0 / rate_hz)
@@ -124,10 +144,10 @@ def segment_word_timings(
             continue
         spans.append((src_start, src_end, at_ms))
     if not spans:
-        src_start, src_end = _trimmed(source, segment.start, segment.end)
+        src_start, src_end = trimmed_span(source, segment.start, segment.end, source_offset)
         return [
             WordTiming(
-                source[src_start:src_end],
+                source[src_start - source_offset : src_end - source_offset],
                 round(start_ms),
                 round(end_ms),
                 src_start,
@@ -140,7 +160,11 @@ def segment_word_timings(
         begin = round(at_ms)
         out.append(
             WordTiming(
-                source[src_start:src_end], begin, max(begin, round(next_ms)), src_start, src_end
+                source[src_start - source_offset : src_end - source_offset],
+                begin,
+                max(begin, round(next_ms)),
+                src_start,
+                src_end,
             )
         )
     return out
@@ -168,11 +192,12 @@ def mark_times_ms(
     return out
 
 
-def _trimmed(source: str, start: int, end: int) -> tuple[int, int]:
-    """``[start, end)`` of ``source`` without whitespace at either end."""
-    start, end = max(0, start), min(len(source), end)
-    while start < end and source[start].isspace():
+def trimmed_span(source: str, start: int, end: int, offset: int = 0) -> tuple[int, int]:
+    """``[start, end)`` without whitespace at either end (``source`` holds the input from
+    ``offset`` on; the span is in the whole input's offsets)."""
+    start, end = max(offset, start), min(offset + len(source), end)
+    while start < end and source[start - offset].isspace():
         start += 1
-    while end > start and source[end - 1].isspace():
+    while end > start and source[end - 1 - offset].isspace():
         end -= 1
     return start, end

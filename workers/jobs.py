@@ -19,6 +19,7 @@ import logging
 import tempfile
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from voicelane.common.audio import AudioFormat, float_to_int16, int16_to_float, open_writer
+from voicelane.common.audio import AudioFormat, float_to_int16
 from voicelane.common.errors import CallbackError, ConfigError, InvalidInputError, is_permanent
 from voicelane.core import metrics
 from voicelane.core.batch_lane import (
@@ -38,6 +39,7 @@ from voicelane.core.batch_lane import (
 )
 from voicelane.core.callbacks import AllowList, master_secret, tenant_secret
 from voicelane.core.engines import ENGINE_NAMES, render_queue
+from voicelane.core.job_files import chapter_file_key, subtitles_key
 from voicelane.core.job_view import job_summary
 from voicelane.core.ledger import (
     ChunkPlan,
@@ -59,11 +61,15 @@ from voicelane.core.speech_text import (
     prepare_text,
 )
 from voicelane.core.storage import Storage
+from voicelane.core.subtitles import SUBTITLE_FORMATS
 from voicelane.core.text import contains_cjk
-from voicelane.core.text_map import identity
+from voicelane.core.text_map import Mapped, Piece, replacement
 from voicelane.core.text_profiles import profile_for
+from voicelane.workers.assembly import AssembledFiles, build_job_files, chapter_times_json
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.callbacks import callback_client, post_callback
+from voicelane.workers.job_timings import chunk_timings_json
+from voicelane.workers.render import Timeline, speech_at_rate
 from voicelane.workers.voice_clips import fetch_clip
 
 log = logging.getLogger(__name__)
@@ -100,6 +106,11 @@ def part_key(job: Job, n: int) -> str:
     return f"{parts_prefix(job)}{n:06d}.s16"
 
 
+def timings_key(job: Job, n: int) -> str:
+    """Chunk ``n``'s sentence and word timings (JSON), beside its audio."""
+    return f"{parts_prefix(job)}{n:06d}.json"
+
+
 def output_key(job: Job) -> str:
     return f"{job.tenant}/{job.id}/audio.{AudioFormat(job.options.format).extension}"
 
@@ -133,30 +144,55 @@ def plan_chunks(
     text: str,
     settings: ServiceSettings,
     options: TextOptions = TextOptions(),  # noqa: B008
+    *,
+    chapter_starts: Sequence[int] = (),
 ) -> list[ChunkPlan]:
     """Sentences grouped into chunks of about ``chunk_target_audio_s`` of audio."""
-    return chunks_of(prepare_job_text(text, settings, options).segments, settings)
+    segments = prepare_job_text(text, settings, options).segments
+    return chunks_of(segments, settings, text=text, chapter_starts=chapter_starts)
 
 
-def chunks_of(segments: Sequence[SpokenSegment], settings: ServiceSettings) -> list[ChunkPlan]:
-    """Prepared segments grouped into chunks of about ``chunk_target_audio_s`` of audio."""
+def chapter_of(starts: Sequence[int], offset: int) -> int | None:
+    """The chapter (index into ``starts``, sorted) that input ``offset`` belongs to; None
+    before the first."""
+    index = bisect_right(starts, offset) - 1
+    return index if index >= 0 else None
+
+
+def chunks_of(
+    segments: Sequence[SpokenSegment],
+    settings: ServiceSettings,
+    *,
+    text: str = "",
+    chapter_starts: Sequence[int] = (),
+) -> list[ChunkPlan]:
+    """Prepared segments grouped into chunks of about ``chunk_target_audio_s`` of audio; a
+    chunk never spans two chapters (``chapter_starts``: offsets into ``text``, the input,
+    which the chunks quote for their timings)."""
     groups: list[list[SpokenSegment]] = []
+    chapters: list[int | None] = []
     current: list[SpokenSegment] = []
+    chapter: int | None = None
     audio_s = 0.0
     chars = 0
     for segment in segments:
         seconds = estimate_audio_s(segment.text) + (segment.pause_after_ms or 0) / 1000
+        its_chapter = chapter_of(chapter_starts, segment.start)
         if current and (
             audio_s + seconds > settings.chunk_target_audio_s
             or chars + len(segment.text) > settings.chunk_max_chars
+            or its_chapter != chapter
         ):
             groups.append(current)
+            chapters.append(chapter)
             current, audio_s, chars = [], 0.0, 0
         current.append(segment)
+        chapter = its_chapter
         audio_s += seconds
         chars += len(segment.text)
     if current:
         groups.append(current)
+        chapters.append(chapter)
     return [
         ChunkPlan(
             texts=tuple(s.text for s in group),
@@ -175,9 +211,19 @@ def chunks_of(segments: Sequence[SpokenSegment], settings: ServiceSettings) -> l
                 else ()
             ),
             after_break=i > 0 and groups[i - 1][-1].pause_after_ms is not None,
+            spans=tuple((s.start, s.end) for s in group),
+            maps=tuple(_pieces(s.mapping) for s in group),
+            source=text[group[0].start : group[-1].end] if text else "",
+            chapter=chapters[i],
         )
         for i, group in enumerate(groups)
     ]
+
+
+def _pieces(mapping: Mapped) -> tuple[tuple[int, int, int, int, int], ...]:
+    return tuple(
+        (p.out_start, p.out_end, p.src_start, p.src_end, int(p.exact)) for p in mapping.pieces
+    )
 
 
 def _voicing_tuple(voicing: Voicing) -> tuple[str | None, float, float, float]:
@@ -185,18 +231,26 @@ def _voicing_tuple(voicing: Voicing) -> tuple[str | None, float, float, float]:
 
 
 def segments_of(plan: ChunkPlan) -> list[SpokenSegment]:
-    """A chunk's segments again, for the renderer: texts, paragraph ends, SSML breaks and
-    voicings (no word maps or marks: jobs do not time words yet)."""
+    """A chunk's segments again, for the renderer: texts, paragraph ends, SSML breaks,
+    voicings, and each segment's span and map back to the input (for its timings; a plan
+    stored before them maps each segment to the chunk's span). No SSML marks: jobs do not
+    report them."""
     out = []
     for i, (text, ends) in enumerate(zip(plan.texts, plan.paragraph_ends, strict=True)):
         raw = plan.voicings[i] if plan.voicings else None
+        start, end = plan.spans[i] if plan.spans else (plan.start, plan.end)
+        mapping = (
+            Mapped(text, tuple(Piece(a, b, c, d, bool(e)) for a, b, c, d, e in plan.maps[i]), end)
+            if plan.maps
+            else replacement(text, start, end, end)
+        )
         out.append(
             SpokenSegment(
                 text=text,
-                start=plan.start,
-                end=plan.end,
+                start=start,
+                end=end,
                 paragraph_end=ends,
-                mapping=identity(text),
+                mapping=mapping,
                 pause_after_ms=plan.pauses_ms[i] if plan.pauses_ms else None,
                 voicing=Voicing() if raw is None else Voicing(*raw),
             )
@@ -213,9 +267,10 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
     if job is None or job.state not in waiting:
         return 0
     ledger.jobs.transition(job_id, JobState.PLANNING, only_from=waiting)
+    text = ledger.jobs.text(job_id)
     try:
         prepared = prepare_job_text(
-            ledger.jobs.text(job_id),
+            text,
             ctx.settings,
             job.options.text_options,
             engine=job.options.engine,
@@ -223,10 +278,17 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
     except InvalidInputError as error:  # checked at submission: only a changed engine gets here
         fail_job(ctx, job_id, _one_line(error))
         return 0
-    chunks = chunks_of(prepared.segments, ctx.settings)
+    chunks = chunks_of(
+        prepared.segments,
+        ctx.settings,
+        text=text,
+        chapter_starts=[c.start for c in job.options.book.chapters],
+    )
     if not chunks:
         fail_job(ctx, job_id, "text has nothing to speak (no letters or digits)")
         return 0
+    if job.options.book.chapters:
+        ledger.jobs.set_extras(job_id, chapter_chunks=json.dumps(first_chunks(chunks, job)))
     ledger.jobs.set_warnings(job_id, prepared.warnings_json())
     count_unspeakable(job.options.engine, prepared.unspeakable_chars)
     if not ledger.jobs.save_plan(job_id, chunks):
@@ -235,6 +297,16 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
     log.info("job %s planned: %d chunks", job_id, len(chunks))
     feed_render_queue(ctx, job.options.engine)
     return len(chunks)
+
+
+def first_chunks(chunks: Sequence[ChunkPlan], job: Job) -> list[int]:
+    """Each chapter's first chunk (-1: a chapter with nothing to speak of its own)."""
+    firsts = [-1] * len(job.options.book.chapters)
+    for n in reversed(range(len(chunks))):
+        chapter = chunks[n].chapter
+        if chapter is not None:
+            firsts[chapter] = n
+    return firsts
 
 
 def feed_render_queue(ctx: JobContext, engine: str | None = None) -> int:
@@ -339,8 +411,23 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
         ctx.leases.hold(job_id, n, lease)
     try:
         plan = ledger.jobs.chunk(job_id, n)
-        pcm = _render_plan(ctx, job, plan)
+        timeline = (
+            Timeline(
+                plan.source,
+                source_offset=plan.start,
+                word_timings=ctx.batcher.engine.capabilities().word_timings,
+            )
+            if plan.spans
+            else None
+        )
+        pcm = _render_plan(ctx, job, plan, timeline)
         key = part_key(job, n)
+        if timeline is not None:  # before the audio: a committed part always has its timings
+            ctx.storage.put_bytes(
+                timings_key(job, n),
+                chunk_timings_json(timeline, len(pcm)),
+                content_type="application/json",
+            )
         ctx.storage.put_bytes(key, float_to_int16(pcm).tobytes())
         audio_s = len(pcm) / job.options.sample_rate_hz
         outcome = ledger.chunks.commit(job_id, n, lease, audio_s)
@@ -370,8 +457,9 @@ def _feed_quietly(ctx: JobContext, engine: str) -> None:
         log.exception("could not feed the render queue")
 
 
-def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
-    from voicelane.workers.render import speech_at_rate
+def _render_plan(
+    ctx: JobContext, job: Job, plan: ChunkPlan, timeline: Timeline | None
+) -> np.ndarray:
 
     assert ctx.batcher is not None
     fetch_clip(job.options.speaker, ctx.ledger.voices)
@@ -393,6 +481,7 @@ def _render_plan(ctx: JobContext, job: Job, plan: ChunkPlan) -> np.ndarray:
             priority=Priority.BATCH,
             deadline_s=deadline_s,
             group=job.tenant,
+            timeline=timeline,
         )
     ]
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
@@ -414,36 +503,69 @@ def assemble_job(ctx: JobContext, job_id: str) -> bool:
         ctx.leases.hold_assembly(job_id, owner)
     try:
         fmt = AudioFormat(job.options.format)
+        extras = ledger.jobs.extras(job_id)
         with tempfile.TemporaryDirectory(prefix="voicelane-assemble-") as tmp:
-            path = Path(tmp) / f"audio.{fmt.extension}"
-            with open_writer(path, fmt, job.options.sample_rate_hz) as writer:
-                for n in range(job.chunks_total):
-                    data = ctx.storage.get_bytes(part_key(job, n))
-                    writer.write(int16_to_float(np.frombuffer(data, dtype=np.int16)))
-                    if n % 16 == 15:
-                        ledger.jobs.touch(job_id)
-            stored = ctx.storage.upload_file(output_key(job), path, content_type=fmt.mime_type)
+            built = build_job_files(
+                job,
+                ctx.storage,
+                Path(tmp),
+                part_key=part_key,
+                timings_key=timings_key,
+                first_chunks=json.loads(extras.get("chapter_chunks", "[]")),
+                chapter_pause_s=ctx.settings.chapter_pause_s,
+                touch=lambda: ledger.jobs.touch(job_id),
+            )
+            side_keys = _upload_side_files(ctx, job, built)
+            stored = ctx.storage.upload_file(
+                output_key(job), built.audio, content_type=fmt.mime_type
+            )
         outcome = ledger.assembly.finish(
             job_id,
             owner=owner,
             key=stored.key,
             size_bytes=stored.size_bytes,
-            duration_s=writer.duration_s,
+            duration_s=built.duration_s,
             sha256=stored.sha256,
         )
         if outcome is FinishOutcome.INACTIVE:  # cancelled meanwhile: the file must not outlive it
-            ctx.storage.delete(stored.key)
+            for key in (stored.key, *side_keys):
+                ctx.storage.delete(key)
             return False
         if outcome is FinishOutcome.FENCED:  # our lock lapsed: another assembler owns the job
             log.warning("job %s: assembly lease lost; leaving the job to its new assembler", job_id)
             return False
         _after_final(ctx, job_id, job.options.callback_url)
-        log.info("job %s done: %.1f s of audio", job_id, writer.duration_s)
+        log.info("job %s done: %.1f s of audio", job_id, built.duration_s)
         return True
     finally:
         if ctx.leases is not None:
             ctx.leases.drop_assembly(job_id)
         ledger.assembly.release(job_id, owner)
+
+
+def _upload_side_files(ctx: JobContext, job: Job, built: AssembledFiles) -> list[str]:
+    """The subtitles and chapter files, stored before the job is done (and recorded in its
+    extras, so the API can link them); returns their keys."""
+    keys: list[str] = []
+    outputs: dict[str, object] = {}
+    if built.subtitles is not None:
+        for name in SUBTITLE_FORMATS:
+            data, media_type = built.subtitles.render(name)
+            keys.append(
+                ctx.storage.put_bytes(subtitles_key(job, name), data, content_type=media_type).key
+            )
+        outputs["subtitles"] = list(SUBTITLE_FORMATS)
+    fmt = AudioFormat(job.options.format)
+    for index, path in enumerate(built.chapter_files):
+        key = chapter_file_key(job, index)
+        keys.append(ctx.storage.upload_file(key, path, content_type=fmt.mime_type).key)
+    if built.chapter_files:
+        outputs["chapter_files"] = len(built.chapter_files)
+    extras = {"outputs": json.dumps(outputs)}
+    if built.chapters:
+        extras["chapter_times"] = chapter_times_json(built.chapters)
+    ctx.ledger.jobs.set_extras(job.id, **extras)
+    return keys
 
 
 # ---------------------------------------------------------------------------- endings
@@ -470,6 +592,8 @@ def cleanup_job(ctx: JobContext, job_id: str) -> int:
     if job is None or not job.state.final:
         return 0
     removed = ctx.storage.delete_prefix(parts_prefix(job))
+    if job.options.book.cover_key:  # in the file now (or never: the job did not finish)
+        ctx.storage.delete(job.options.book.cover_key)
     if job.state is not JobState.DONE and job.output_key is None:
         ctx.storage.delete_prefix(f"{job.tenant}/{job.id}/")
     ctx.ledger.retention.drop_data(job_id)

@@ -59,9 +59,11 @@ from voicelane.core.text import contains_cjk
 from voicelane.core.text_profiles import profile_for
 from voicelane.core.word_timings import (
     MarkTiming,
+    SentenceTiming,
     WordTiming,
     mark_times_ms,
     segment_word_timings,
+    trimmed_span,
 )
 from voicelane.workers.batching import Batcher, Priority
 from voicelane.workers.engines import (
@@ -181,9 +183,16 @@ class Timeline:
     :func:`speech_at_rate` as it goes."""
 
     source: str
-    """The original input (the timings' spans slice it)."""
+    """The original input (the timings' spans slice it), from ``source_offset`` on."""
+    source_offset: int = 0
+    """Where ``source`` starts in the input (a job's chunk holds its own part)."""
     words: list[WordTiming] = field(default_factory=list)
     marks: list[MarkTiming] = field(default_factory=list)
+    sentences: list[SentenceTiming] = field(default_factory=list)
+    """Each segment, from its voiced onset to its voiced end, with its words where the
+    engine times them (``word_timings``)."""
+    word_timings: bool = True
+    """The engine reports word times (else ``words`` holds one timing per segment)."""
     end_ms: int = 0
     """The end of the audio, once rendered."""
 
@@ -195,11 +204,29 @@ class Timeline:
         rate_hz: int,
         start_ms: float,
         voiced_ms: float,
+        onset_ms: float = 0.0,
     ) -> None:
-        self.words += segment_word_timings(
+        """``onset_ms``: where the segment's speech starts after ``start_ms`` (its leading
+        silence)."""
+        timed = segment_word_timings(
             segment, words, rate_hz=rate_hz, start_ms=start_ms, voiced_ms=voiced_ms,
-            source=self.source,
+            source=self.source, source_offset=self.source_offset,
         )  # fmt: skip
+        self.words += timed
+        char_start, char_end = trimmed_span(
+            self.source, segment.start, segment.end, self.source_offset
+        )
+        begin = round(start_ms + min(max(0.0, onset_ms), max(0.0, voiced_ms)))
+        self.sentences.append(
+            SentenceTiming(
+                self.source[char_start - self.source_offset : char_end - self.source_offset],
+                begin,
+                max(begin, round(start_ms + max(0.0, voiced_ms))),
+                char_start,
+                char_end,
+                tuple(timed) if self.word_timings and words else (),
+            )
+        )
         if segment.marks:
             self.marks += mark_times_ms(
                 segment.marks, words, rate_hz=rate_hz, start_ms=start_ms, voiced_ms=voiced_ms
@@ -300,6 +327,7 @@ def speech_at_rate(
                 rate_hz=engine_hz,
                 start_ms=clock.now_ms(),
                 voiced_ms=voiced * 1000.0 / engine_hz,
+                onset_ms=(lead - cut_lead) * 1000.0 / engine_hz if lead < len(timed.pcm) else 0.0,
             )
         out = resampler.process(pcm)
         clock.fed(len(pcm))

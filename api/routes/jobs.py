@@ -7,9 +7,12 @@ submission, and a rejected one leaves the ledger and the queues exactly as they 
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -20,15 +23,25 @@ from voicelane.common.audio import AudioFormat, format_from_name
 from voicelane.common.audio.files import allowed_sample_rates
 from voicelane.common.errors import (
     InvalidInputError,
+    JobNotFoundError,
     JobStateError,
     MalformedRequestError,
     TextTooLargeError,
     UnsupportedFormatError,
     UnsupportedMediaTypeError,
 )
+from voicelane.core.documents import (
+    DOCUMENT_KINDS,
+    Document,
+    DocumentLimits,
+    document_from_text,
+    read_document,
+)
 from voicelane.core.engines import qualified
-from voicelane.core.job_view import job_summary
-from voicelane.core.ledger import Job, JobOptions, JobState
+from voicelane.core.job_files import chapter_file_key, cover_key, subtitles_key
+from voicelane.core.job_view import chapter_views, job_summary
+from voicelane.core.ledger import BookInfo, ChapterInfo, Job, JobOptions, JobState
+from voicelane.core.ledger.jobs import new_job_id
 from voicelane.core.rules import (
     EngineCapabilities,
     check_seed,
@@ -37,7 +50,8 @@ from voicelane.core.rules import (
 )
 from voicelane.core.settings import ApiSettings
 from voicelane.core.speech_text import TextOptions, prepare_text
-from voicelane.core.text_input import check_encodable, decode_text
+from voicelane.core.subtitles import SUBTITLE_FORMATS, parse_subtitle_format
+from voicelane.core.text_input import check_encodable
 from voicelane.core.text_profiles import profile_for
 
 router = APIRouter(tags=["jobs"])
@@ -78,6 +92,15 @@ class JobRequest(BaseModel):
         "text and seed give the same audio; unset: a fresh draw.",
     )
 
+    input_format: str | None = Field(
+        None,
+        description="What the text (or uploaded file) is: text, markdown, html, ssml or epub "
+        "(a file only); unset: told by the file's content, name and type (docs/documents.md).",
+    )
+    split_chapters: bool = Field(
+        False, description="Also one audio file per chapter of a document (links when done)."
+    )
+
     @field_validator("lexicons", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
@@ -87,19 +110,39 @@ class JobRequest(BaseModel):
         return value
 
 
-@router.post("/v1/jobs", status_code=202, summary="Submit a text to render")
+@router.post("/v1/jobs", status_code=202, summary="Submit a text or a document to render")
 async def submit_job(request: Request, state: State, tenant: Tenant) -> JSONResponse:
-    body, text_field = await _read_job_request(request, state.settings)
-    options, text = await _check_job(state, tenant, body, text_field)
+    body, text_field, document = await _read_job_request(request, state.settings)
+    options, text = await _check_job(state, tenant, body, text_field, document)
     await state.rate.take(tenant)
-    job = await blocking(
-        state,
-        state.jobs.submit,
-        tenant,
-        options,
-        text,
-        max_queued_chars=state.settings.tenant_max_queued_chars,
-    )
+    job_id = new_job_id()
+    if document.cover is not None:  # stored first, under the job's id; removed if refused
+        key = cover_key(tenant, job_id, document.cover.media_type)
+        await blocking(
+            state,
+            state.storage.put_bytes,
+            key,
+            document.cover.data,
+            content_type=document.cover.media_type,
+        )
+        options = replace(
+            options,
+            book=replace(options.book, cover_key=key, cover_media_type=document.cover.media_type),
+        )
+    try:
+        job = await blocking(
+            state,
+            state.jobs.submit,
+            tenant,
+            options,
+            text,
+            max_queued_chars=state.settings.tenant_max_queued_chars,
+            job_id=job_id,
+        )
+    except BaseException:
+        if options.book.cover_key:
+            await blocking(state, state.storage.delete, options.book.cover_key)
+        raise
     view = await blocking(state, _job_view, state, job)
     return JSONResponse(view, status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
 
@@ -135,6 +178,32 @@ async def job_audio(job_id: str, state: State, tenant: Tenant) -> Response:
     if job.state is not JobState.DONE or not job.output_key:
         raise JobStateError(f"job {job_id} is {job.state.value}, not done")
     return RedirectResponse(await blocking(state, _link, state, job), status_code=302)
+
+
+@router.get(
+    "/v1/jobs/{job_id}/subtitles", summary="Redirect to a fresh link to the job's subtitles"
+)
+async def job_subtitles(
+    job_id: str,
+    state: State,
+    tenant: Tenant,
+    format: Annotated[str, Query(description="vtt, srt or json")] = "vtt",
+) -> Response:
+    fmt = parse_subtitle_format(format)
+    job = await blocking(state, state.ledger.jobs.get_for_tenant, tenant, job_id)
+    if job.state is not JobState.DONE or not job.output_key:
+        raise JobStateError(f"job {job_id} is {job.state.value}, not done")
+    outputs = await blocking(state, _outputs, state, job)
+    if fmt not in outputs.get("subtitles", ()):
+        raise JobNotFoundError(f"job {job_id} has no subtitles (it was planned before them)")
+    link = await blocking(
+        state,
+        state.storage.link,
+        subtitles_key(job, fmt),
+        expires_s=state.settings.storage.link_expiry_s,
+        filename=f"{job.id}.{fmt}",
+    )
+    return RedirectResponse(link, status_code=302)
 
 
 @router.delete("/v1/jobs/{job_id}", summary="Cancel a job")
@@ -184,10 +253,15 @@ def engine_view(caps: EngineCapabilities) -> dict[str, Any]:
 # ---- checks --------------------------------------------------------------------------------
 
 
-async def _read_job_request(request: Request, settings: ApiSettings) -> tuple[JobRequest, str]:
-    """The request body, and the name of the field its text came in. A body that does not fit
-    :class:`JobRequest` raises pydantic's error, which the app answers as every front does
-    (:func:`voicelane.api.failures.invalid_input`: 422 naming the field)."""
+async def _read_job_request(
+    request: Request, settings: ApiSettings
+) -> tuple[JobRequest, str, Document]:
+    """The request body, the name of the field its text came in, and the document read from
+    it (:mod:`voicelane.core.documents`: a plain text is a document without chapters). A body
+    that does not fit :class:`JobRequest` raises pydantic's error, which the app answers as
+    every front does (:func:`voicelane.api.failures.invalid_input`: 422 naming the field); a
+    document that cannot or may not be read is a 400 naming what is wrong."""
+    limits = DocumentLimits(max_chars=settings.max_text_chars)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
         raw = await request.body()  # bounded while it streams in (voicelane.api.body_limit)
@@ -199,35 +273,72 @@ async def _read_job_request(request: Request, settings: ApiSettings) -> tuple[Jo
         for name, value in data.items():
             if isinstance(value, str) and name != "text":  # the text's own checks name it
                 check_encodable(value, source=str(name), field=str(name))
-        return JobRequest.model_validate(data), "text"
+        body = JobRequest.model_validate(data)
+        kind = _input_format(body.input_format)
+        if kind == "epub":
+            raise InvalidInputError(
+                "input_format: an EPUB is uploaded as a file (multipart/form-data)",
+                field="input_format",
+            )
+        document = (
+            await run_in_threadpool(document_from_text, body.text, kind, limits=limits)
+            if kind in ("markdown", "html")
+            else Document(kind=kind or "text", text=body.text)
+        )
+        return body, "text", document
     if content_type == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=10)
+        form = await request.form(max_files=1, max_fields=12)
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise InvalidInputError(
-                "multipart upload needs a 'file' part holding the text", field="file"
+                "multipart upload needs a 'file' part holding the text or document", field="file"
             )
         data_bytes = await upload.read(settings.max_upload_bytes + 1)
         if len(data_bytes) > settings.max_upload_bytes:
             raise TextTooLargeError(
                 f"the uploaded file is over {settings.max_upload_bytes} bytes", field="file"
             )
-        text = decode_text(
-            data_bytes,
-            max_chars=settings.max_text_chars,
-            source=upload.filename or "file",
-            field="file",
-        )
         fields: dict[str, Any] = {k: v for k, v in form.items() if k != "file"}
-        return JobRequest.model_validate({**fields, "text": text}), "file"
+        kind = _input_format(fields.get("input_format"))
+        document = await run_in_threadpool(
+            read_document,
+            data_bytes,
+            kind=kind,
+            filename=upload.filename,
+            content_type=upload.content_type,
+            limits=limits,
+        )
+        body = JobRequest.model_validate({**fields, "text": document.text})
+        return body, "file", document
     raise UnsupportedMediaTypeError(
         f"content type {content_type or 'none'!r} is not supported; "
         "send application/json or multipart/form-data"
     )
 
 
+def _input_format(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or value not in DOCUMENT_KINDS:
+        raise InvalidInputError(
+            f"input_format must be one of {', '.join(DOCUMENT_KINDS)}", field="input_format"
+        )
+    return value
+
+
+def _book_info(document: Document, split_chapters: bool) -> BookInfo:
+    return BookInfo(
+        kind=document.kind,
+        title=document.title,
+        author=document.author,
+        language=document.language,
+        chapters=tuple(ChapterInfo(c.title, c.start, c.level) for c in document.chapters),
+        split_chapters=split_chapters and bool(document.chapters),
+    )
+
+
 async def _check_job(
-    state: ApiState, tenant: str, body: JobRequest, text_field: str
+    state: ApiState, tenant: str, body: JobRequest, text_field: str, document: Document
 ) -> tuple[JobOptions, str]:
     """The request rules for a job; raises a 4xx naming the field at fault (a job accepted
     with 202 never fails for a reason knowable now: the text is read as the workers will
@@ -237,8 +348,9 @@ async def _check_job(
     fmt = _format(body.format)
     voice = await state.streams.resolve_voice(tenant, body.voice, text=text)
     caps = voice.caps
+    ssml = True if document.kind == "ssml" else (False if document.kind != "text" else body.ssml)
     text_options = await state.streams.text_options.resolve(
-        tenant, normalize=body.normalize, ssml=body.ssml, lexicons=body.lexicons
+        tenant, normalize=body.normalize, ssml=ssml, lexicons=body.lexicons
     )
     await blocking(state, _check_text, text, text_options, caps, settings, text_field)
     options = check_speech_options(
@@ -262,6 +374,7 @@ async def _check_job(
         speaker=voice.speaker,
         requested_voice=voice.requested if voice.requested != options.voice else "",
         seed=check_seed(body.seed),
+        book=_book_info(document, body.split_chapters),
     )
     return job_options, text
 
@@ -300,10 +413,45 @@ def _link(state: ApiState, job: Job) -> str:
     return state.storage.link(job.output_key, expires_s=expiry_s, filename=filename)
 
 
+def _outputs(state: ApiState, job: Job) -> dict[str, Any]:
+    raw = state.ledger.jobs.extras(job.id).get("outputs")
+    outputs: dict[str, Any] = json.loads(raw) if raw else {}
+    return outputs
+
+
 def _job_view(state: ApiState, job: Job, *, with_link: bool = True) -> dict[str, Any]:
+    """The job as shown (:func:`job_summary`) with its links; one job's view (``with_link``)
+    also has its chapters' progress and, when done, fresh links to every file."""
     view = job_summary(job)
-    view["links"] = {"self": f"/v1/jobs/{job.id}", "audio": f"/v1/jobs/{job.id}/audio"}
-    if with_link and job.state is JobState.DONE and job.output_key:
+    view["links"] = {
+        "self": f"/v1/jobs/{job.id}",
+        "audio": f"/v1/jobs/{job.id}/audio",
+        "subtitles": {f: f"/v1/jobs/{job.id}/subtitles?format={f}" for f in SUBTITLE_FORMATS},
+    }
+    if not with_link:
+        return view
+    extras = state.ledger.jobs.extras(job.id)
+    if job.options.book.chapters:
+        done = state.ledger.jobs.done_chunks(job.id) if job.state is not JobState.DONE else set()
+        view["chapters"] = chapter_views(job, extras, done)
+    if job.state is JobState.DONE and job.output_key:
+        expiry_s = state.settings.storage.link_expiry_s
         view["download_url"] = _link(state, job)
-        view["download_expires_in_s"] = state.settings.storage.link_expiry_s
+        view["download_expires_in_s"] = expiry_s
+        outputs = json.loads(extras.get("outputs", "{}"))
+        view["subtitles_urls"] = {
+            fmt: state.storage.link(
+                subtitles_key(job, fmt), expires_s=expiry_s, filename=f"{job.id}.{fmt}"
+            )
+            for fmt in outputs.get("subtitles", ())
+        }
+        files = int(outputs.get("chapter_files", 0))
+        if files and "chapters" in view:
+            extension = job.output_key.rsplit(".", 1)[-1]
+            for index, chapter in enumerate(view["chapters"][:files]):
+                chapter["download_url"] = state.storage.link(
+                    chapter_file_key(job, index),
+                    expires_s=expiry_s,
+                    filename=f"{job.id}-{index + 1:03d}.{extension}",
+                )
     return view

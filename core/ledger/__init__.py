@@ -33,12 +33,21 @@ from voicelane.core.ledger.lexicons import Lexicons
 from voicelane.core.ledger.locks import Locks
 from voicelane.core.ledger.queued_chars import QueuedChars
 from voicelane.core.ledger.queues import CeleryQueues
-from voicelane.core.ledger.records import ChunkPlan, Job, JobOptions, JobState
+from voicelane.core.ledger.records import (
+    BookInfo,
+    ChapterInfo,
+    ChunkPlan,
+    Job,
+    JobOptions,
+    JobState,
+)
 from voicelane.core.ledger.retention import Retention
 from voicelane.core.ledger.voices import Voices
 from voicelane.core.redis_clients import sync_client
 
 __all__ = [
+    "BookInfo",
+    "ChapterInfo",
     "ChunkPlan",
     "CommitOutcome",
     "FinishOutcome",

@@ -23,6 +23,7 @@ from voicelane.core.ledger.ending import ENDING, ending_args, ending_keys
 from voicelane.core.ledger.keys import (
     ACTIVE_JOBS,
     ATTEMPTS,
+    CHUNKS_DONE,
     JOB,
     JOB_PLAN,
     JOB_TEXT,
@@ -31,6 +32,7 @@ from voicelane.core.ledger.keys import (
 from voicelane.core.ledger.lua import register
 from voicelane.core.ledger.queued_chars import RETRY_S, QueuedChars
 from voicelane.core.ledger.records import (
+    BookInfo,
     ChunkPlan,
     Job,
     JobOptions,
@@ -59,12 +61,19 @@ class Jobs:
 
     # ---------------------------------------------------------------- creating and reading
     def create(
-        self, tenant: str, options: JobOptions, text: str, *, max_queued_chars: int | None = None
+        self,
+        tenant: str,
+        options: JobOptions,
+        text: str,
+        *,
+        max_queued_chars: int | None = None,
+        job_id: str | None = None,
     ) -> Job:
         """A new job in ``queued``. With ``max_queued_chars``, the tenant's unfinished jobs
         may hold at most that many characters together (:class:`QuotaExceededError` else);
-        a job gives its characters back when it ends."""
-        job_id = uuid.uuid4().hex
+        a job gives its characters back when it ends. ``job_id``: one drawn by the caller
+        (:func:`new_job_id`: the front stores a document's cover under it first)."""
+        job_id = job_id or new_job_id()
         now = time.time()
         held = 0
         if max_queued_chars is not None:
@@ -103,6 +112,7 @@ class Jobs:
             "requested_voice": options.requested_voice,
             **({"seed": options.seed} if options.seed is not None else {}),
             **({"speaker": options.speaker.to_json()} if options.speaker else {}),
+            **({"book": options.book.to_json()} if not options.book.plain else {}),
             "characters": len(text),
             "created_at": now,
             "updated_at": now,
@@ -160,6 +170,24 @@ class Jobs:
         the job record."""
         if warnings:
             self.redis.hset(JOB.key(job_id), "warnings", json.dumps(warnings, ensure_ascii=False))
+
+    def set_extras(self, job_id: str, **fields: str) -> None:
+        """Record what a job's planner or assembler found beside its audio, as JSON strings:
+        ``chapter_chunks`` (each chapter's first chunk), ``chapter_times`` (each chapter's
+        ``[start_ms, end_ms]`` in the output), ``outputs`` (the other files: subtitles,
+        chapter files)."""
+        if fields:
+            self.redis.hset(JOB.key(job_id), mapping=dict(fields))
+
+    def extras(self, job_id: str) -> dict[str, str]:
+        """What :meth:`set_extras` recorded (missing fields left out)."""
+        names = ("chapter_chunks", "chapter_times", "outputs")
+        values = cast(list[bytes | None], self.redis.hmget(JOB.key(job_id), names))
+        return {n: v.decode() for n, v in zip(names, values, strict=True) if v is not None}
+
+    def done_chunks(self, job_id: str) -> set[int]:
+        """The chunks committed so far."""
+        return {int(n) for n in cast(set[bytes], self.redis.smembers(CHUNKS_DONE.key(job_id)))}
 
     def chunk(self, job_id: str, n: int) -> ChunkPlan:
         """The plan of the job's chunk ``n``."""
@@ -239,6 +267,11 @@ class Jobs:
 _TEXT_FIELDS = TEXT_OPTION_FIELDS
 
 
+def new_job_id() -> str:
+    """A fresh job id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
 def plausible_id(job_id: str) -> bool:
     """A job id could be this (32 hex digits): anything else is not looked up at all."""
     return len(job_id) == 32 and all(c in "0123456789abcdef" for c in job_id)
@@ -271,6 +304,7 @@ def decode_job(raw: Mapping[bytes, bytes], attempts: int) -> Job:
             speaker=SpeakerDef.from_json(speaker) if (speaker := get("speaker")) else None,
             requested_voice=get("requested_voice") or "",
             seed=int(seed) if (seed := get("seed")) else None,
+            book=BookInfo.from_json(book) if (book := get("book")) else BookInfo(),
         ),
         warnings=tuple(json.loads(get("warnings") or "[]")),
         characters=int(number("characters") or 0),

@@ -111,7 +111,8 @@ JOB = Family(
     "sample_rate_hz, speed, callback_url), "
     "characters, chunks_total/chunks_done, audio_s, timestamps, output (output_key, size_bytes, "
     "duration_s, sha256), error, last_error, assembly_started, queued_chars (what it holds of "
-    "its tenant's quota until it ends)",
+    "its tenant's quota until it ends), book (the document: chapters, metadata, cover key), "
+    "chapter_chunks, chapter_times, outputs (subtitles and chapter files)",
     Lifetime.RETENTION,
     "jobs.py (create, transitions, fail/cancel), chunks.py (commit: progress), assembly.py "
     "(acquire marks assembly_started, finish)",

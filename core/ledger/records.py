@@ -48,12 +48,25 @@ class ChunkPlan:
     empty when every segment of the chunk is plain."""
     after_break: bool = False
     """The previous chunk ended on an SSML break: this chunk's leading silence is cut."""
+    spans: tuple[tuple[int, int], ...] = ()
+    """Per segment, the span ``[start, end)`` of the input it speaks (for its timings);
+    empty in plans stored before subtitles."""
+    maps: tuple[tuple[tuple[int, int, int, int, int], ...], ...] = ()
+    """Per segment, its map back to the input: ``(out_start, out_end, src_start, src_end,
+    exact)`` pieces (:class:`voicelane.core.text_map.Piece`)."""
+    source: str = ""
+    """The input's characters ``[start, end)``: what the chunk's timings quote."""
+    chapter: int | None = None
+    """The chapter its segments belong to (an index into the job's chapters); None: no
+    chapters, or the text before the first one. A chunk never spans two chapters."""
 
     def to_json(self) -> str:
         data = asdict(self)
-        for name in ("pauses_ms", "voicings", "after_break"):
+        for name in ("pauses_ms", "voicings", "after_break", "spans", "maps", "source"):
             if not data[name]:
                 del data[name]  # plans without SSML stay as they were
+        if data["chapter"] is None:
+            del data["chapter"]
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -73,6 +86,72 @@ class ChunkPlan:
                 for v in data.get("voicings", ())
             ),
             after_break=bool(data.get("after_break", False)),
+            spans=tuple((int(a), int(b)) for a, b in data.get("spans", ())),
+            maps=tuple(
+                tuple((int(p[0]), int(p[1]), int(p[2]), int(p[3]), int(p[4])) for p in pieces)
+                for pieces in data.get("maps", ())
+            ),
+            source=str(data.get("source", "")),
+            chapter=None if data.get("chapter") is None else int(data["chapter"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChapterInfo:
+    """A chapter of a job's document: its title and where its reading starts in the text."""
+
+    title: str
+    start: int
+    """Code-point offset into the job's text."""
+    level: int = 1
+    """Depth in the table of contents (1: top)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BookInfo:
+    """What a job knows of the document its text came from (``voicelane.core.documents``):
+    chapters, metadata and cover, and whether it wants one file per chapter."""
+
+    kind: str = "text"
+    """``text``, ``markdown``, ``html``, ``epub`` or ``ssml``."""
+    title: str | None = None
+    author: str | None = None
+    language: str | None = None
+    chapters: tuple[ChapterInfo, ...] = ()
+    cover_key: str | None = None
+    """Where the document's cover is kept in storage until the job is assembled."""
+    cover_media_type: str | None = None
+    split_chapters: bool = False
+    """Also one audio file per chapter."""
+
+    @property
+    def plain(self) -> bool:
+        """Nothing to record: a text job as before documents."""
+        return self == BookInfo()
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["chapters"] = [[c.title, c.start, c.level] for c in self.chapters]
+        return json.dumps(
+            {k: v for k, v in data.items() if v not in (None, False, [])},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str) -> BookInfo:
+        data = json.loads(raw)
+        return cls(
+            kind=str(data.get("kind", "text")),
+            title=data.get("title"),
+            author=data.get("author"),
+            language=data.get("language"),
+            chapters=tuple(
+                ChapterInfo(str(t), int(s), int(lv)) for t, s, lv in data.get("chapters", ())
+            ),
+            cover_key=data.get("cover_key"),
+            cover_media_type=data.get("cover_media_type"),
+            split_chapters=bool(data.get("split_chapters", False)),
         )
 
 
@@ -93,6 +172,8 @@ class JobOptions:
     """The voice as the client named it (shown); "" when it is ``voice``."""
     seed: int | None = None
     """The sampling seed of every sentence (engines that sample); None: a fresh draw."""
+    book: BookInfo = BookInfo()
+    """The document the text came from: chapters, metadata, cover."""
 
     @property
     def shown_voice(self) -> str:

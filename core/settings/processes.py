@@ -115,6 +115,8 @@ class ServiceSettings(RedisSettings):
     """A job's chunks hold about this much audio (estimated from the text)."""
     chunk_max_chars: int = Field(1200, ge=20)
     paragraph_pause_s: float = Field(0.3, ge=0)
+    chapter_pause_s: float = Field(1.5, ge=0, le=30)
+    """Silence between a document's chapters in a job's audio (after the paragraph pause)."""
     max_chunk_attempts: int = Field(3, ge=1)
     lease_ttl_s: float = Field(10.0, gt=0)
     """A chunk's lease lapses this long after its worker stopped renewing it (died)."""

@@ -58,6 +58,32 @@ class JobsClient:
         body = {"text": text, **{k: v for k, v in options.items() if v is not None}}
         return self._json(self.http.post("/v1/jobs", json=body))
 
+    def submit_file(
+        self, path: Path, *, content_type: str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Upload a file as a job (multipart): plain text, Markdown, HTML, SSML or EPUB —
+        the server tells which from its content and name unless ``input_format`` says."""
+        fields = {k: _form_value(v) for k, v in options.items() if v is not None}
+        with path.open("rb") as handle:
+            files = {"file": (path.name, handle, content_type or "application/octet-stream")}
+            return self._json(self.http.post("/v1/jobs", data=fields, files=files))
+
+    def subtitles(self, job_id: str, fmt: str = "vtt") -> bytes:
+        """A done job's subtitles (``vtt``, ``srt`` or ``json``), through a fresh link."""
+        response = self.http.get(
+            f"/v1/jobs/{job_id}/subtitles", params={"format": fmt}, follow_redirects=False
+        )
+        if response.status_code != 302:
+            self._json(response)
+            raise RemoteError("INTERNAL", f"subtitles answered {response.status_code}")
+        with httpx.Client(timeout=60.0) as plain:  # a signed link: no API key sent there
+            got = plain.get(response.headers["location"])
+        if got.status_code != 200:
+            raise RemoteError(
+                status_for_http(got.status_code), f"subtitles download answered {got.status_code}"
+            )
+        return got.content
+
     def get(self, job_id: str) -> dict[str, Any]:
         return self._json(self.http.get(f"/v1/jobs/{job_id}"))
 
@@ -95,3 +121,12 @@ class JobsClient:
                     handle.write(block)
                     size += len(block)
             return size
+
+
+def _form_value(value: Any) -> str:
+    """A form field's text: booleans as ``true``/``false``, lists comma-separated."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
