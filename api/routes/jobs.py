@@ -64,7 +64,7 @@ class JobRequest(BaseModel):
 
     text: str = Field(description="The text to speak (UTF-8), at most the configured limit.")
     voice: str | None = Field(None, description="A voice id from GET /v1/voices; auto if unset.")
-    format: str = Field("ogg", description="ogg, mp3, wav or flac.")
+    format: str = Field("ogg", description="ogg, mp3, wav, flac or m4b.")
     sample_rate_hz: int | None = Field(None, description="Output sample rate; 24000 if unset.")
     speed: float | None = Field(
         None, description="Speaking-rate multiplier, within the engine's range; 1.0 if unset."

@@ -111,9 +111,12 @@ def test_submit_done_download_and_duration_matches_embedded(
     with EmbeddedRenderer(EmbeddedSettings(engine="espeak")) as renderer:
         embedded = renderer.render(SAMPLE, tmp_path / "embedded.ogg", fmt=AudioFormat.OGG)
     assert info.duration_s == pytest.approx(embedded.duration_s, rel=0.02)
-    # The parts are gone, only the finished file remains.
+    # The parts (and their timings) are gone; the finished file and its subtitles remain.
     tenant_prefix = f"acme/{job['id']}/"
-    assert s3.list_keys(tenant_prefix) == [f"{tenant_prefix}audio.ogg"]
+    assert s3.list_keys(tenant_prefix) == [
+        f"{tenant_prefix}{name}"
+        for name in ("audio.ogg", "subtitles.json", "subtitles.srt", "subtitles.vtt")
+    ]
     assert s3.incomplete_uploads(tenant_prefix) == []
 
 
