@@ -40,10 +40,13 @@ install-chattts: $(CHATTTS_STAMP)
 # What only the tests run: Debian's Prometheus (with promtool), for the tests that evaluate
 # the dashboard and alert rules against it (its service is not started: the tests run their
 # own, on a free port); ffmpeg's ffprobe, which reads the books' chapter marks back; pandoc,
-# a third-party EPUB producer for the document tests.
+# a third-party EPUB producer for the document tests; chromium and chromium-driver, the
+# headless browser of the playground's tests (tests/browser), and axe-core (npm, pinned, into
+# .venv/npm) for their accessibility check.
 PROMETHEUS_STAMP := $(VENV)/.installed-test-tools
-$(PROMETHEUS_STAMP): scripts/install-system-deps.sh $(SYSTEM_STAMP)
-	PYTHON=$(PYTHON) scripts/install-system-deps.sh prometheus ffmpeg pandoc
+$(PROMETHEUS_STAMP): scripts/install-system-deps.sh scripts/install-browser-deps.sh $(SYSTEM_STAMP)
+	PYTHON=$(PYTHON) scripts/install-system-deps.sh prometheus ffmpeg pandoc chromium chromium-driver
+	PYTHON=$(PYTHON) VENV=$(VENV) scripts/install-browser-deps.sh
 	@touch $@
 
 install-prometheus: $(PROMETHEUS_STAMP)

@@ -37,9 +37,10 @@ return {
 
 # Samples taken every ``interval_ms`` inside the page, handed back when ``count`` are in.
 SAMPLES_JS = (
-    """
+    "const sample = () => {\n"
+    + SAMPLE_JS
+    + """};
 const [count, intervalMs, done] = [arguments[0], arguments[1], arguments[arguments.length - 1]];
-const sample = () => { %s };
 const samples = [];
 const tick = () => {
   samples.push(sample());
@@ -47,7 +48,6 @@ const tick = () => {
 };
 tick();
 """
-    % SAMPLE_JS
 )
 
 
