@@ -26,7 +26,17 @@ from voicelane.api.engines import EngineCatalog
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
-from voicelane.api.routes import callbacks, chat, jobs, lexicons, ops, speech, text, voices
+from voicelane.api.routes import (
+    callbacks,
+    chat,
+    jobs,
+    lexicons,
+    ops,
+    playground,
+    speech,
+    text,
+    voices,
+)
 from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
@@ -116,7 +126,7 @@ def create_app(
     )
     _install_error_handlers(app)
     routers = (jobs.router, speech.router, chat.router, text.router, ops.router, callbacks.router)
-    for router in (*routers, lexicons.router, voices.router):
+    for router in (*routers, lexicons.router, voices.router, playground.router):
         app.include_router(router)
     return app
 
