@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
 T = TypeVar("T")
 
+VOICES_JS = "return document.querySelectorAll('[data-testid=\"voice\"] option').length;"
 # One script that reads the playback clock and the highlighted caption together.
 SAMPLE_JS = """
 const root = document.querySelector('[data-testid="captions"]');
@@ -75,7 +77,8 @@ class Playground:
         """Load the page afresh and type the API key."""
         self.driver.get(self.url)
         self.wait(lambda: self.by("speak").is_displayed(), 30, "the page to load")
-        self.type("api-key", key)
+        self.type("api-key", key + Keys.TAB)  # leaving the field loads the voices
+        self.wait(lambda: self.driver.execute_script(VOICES_JS) > 1, 15, "the voices of the API")
 
     def by(self, testid: str) -> WebElement:
         element: WebElement = self.driver.find_element("css selector", f'[data-testid="{testid}"]')
