@@ -28,6 +28,7 @@ const units = root ? Array.from(root.querySelectorAll('[data-start-ms]')) : [];
 const index = units.findIndex((u) => u.getAttribute('aria-current') === 'true');
 const start = (u) => (u ? Number(u.dataset.startMs) : null);
 return {
+  now_ms: performance.now(),
   played_ms: Number(document.querySelector('[data-testid="played-ms"]').textContent.trim()),
   index: index,
   count: units.length,
@@ -55,8 +56,9 @@ tick();
 
 @dataclass(frozen=True)
 class Sample:
-    """The page's state at one instant."""
+    """The page's state at one instant (``now_ms``: the page's monotonic clock)."""
 
+    now_ms: float
     played_ms: float
     index: int
     count: int

@@ -121,6 +121,10 @@ def assert_in_step(samples: list[Sample]) -> None:
     assert all(i >= 0 for i in indexes), indexes
     assert played == sorted(played) and played[-1] - played[0] > 1500, played
     assert indexes == sorted(indexes) and indexes[-1] - indexes[0] >= 3, indexes
+    # played-ms follows the audio as heard (one second a second), not its arrival (espeak
+    # renders the whole text in well under a second).
+    rate = (played[-1] - played[0]) / (samples[-1].now_ms - samples[0].now_ms)
+    assert 0.75 < rate < 1.25, rate
     for s in samples:
         assert s.current_start_ms is not None
         # Not ahead of what is heard, and not behind it: the next word has not begun.
@@ -172,7 +176,7 @@ def test_a_job_completes_through_the_progress_bar_and_both_links_download(
 ) -> None:
     page.type("text", JOB_TEXT)
     seen = run_job(page)
-    assert seen == sorted(seen) and seen[-1] == 1.0
+    assert seen == sorted(seen) and seen[0] < 1.0 and seen[-1] == 1.0
     page.shoot("04-job")
     assert page.by("job-download").is_displayed() and page.by("job-subtitles").is_displayed()
     assert_downloads(page, ["lighthouse", "keeper", "ships"])
