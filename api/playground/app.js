@@ -61,6 +61,13 @@ els.key.addEventListener("change", () => {
   saveKey(els.key.value.trim());
   loadVoices();
 });
+$("key-form").addEventListener("submit", (event) => {
+  event.preventDefault(); // Enter in the key field: use the key, stay on the page
+  saveKey(els.key.value.trim());
+  clearError();
+  loadVoices();
+  jobs.refreshList().catch((error) => showError(error.message));
+});
 
 // ---- voices ------------------------------------------------------------------------------
 

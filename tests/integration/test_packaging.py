@@ -76,6 +76,8 @@ def test_the_wheels_install_only_the_voicelane_namespace(wheels: dict[str, Path]
     assert "voicelane/common/wire/speech_pb2_grpc.pyi" in sdk
     assert "voicelane/client/py.typed" in sdk
     assert "voicelane/core/ledger/lock.lua" in server  # the Lua scripts travel with the code
+    assert "voicelane/api/playground/index.html" in server  # the playground's static files
+    assert "voicelane/api/playground/app.js" in server
     assert not [name for name in server if name.startswith("voicelane/api/") and "tests" in name]
 
 
