@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import webvtt
+from selenium.webdriver.common.keys import Keys
 
 from tests.browser.chrome import BrowserLogs, foreign_requests, severe
 from tests.browser.page import Playground, Sample
@@ -236,6 +237,15 @@ def test_stop_halts_playback_within_200_ms(
     assert_clean(logs, stack.api_url)
 
 
+PLAYED_300_MS_APART_JS = """
+const done = arguments[arguments.length - 1];
+const played = () =>
+  Number(document.querySelector('[data-testid="played-ms"]').textContent.trim());
+const first = played();
+setTimeout(() => done([first, played()]), 300);
+"""
+
+
 def test_a_bad_key_is_named_in_the_error(page: Playground, logs: BrowserLogs) -> None:
     page.type("api-key", "not-a-real-key")
     start_speaking(page, "Hello there.")
@@ -245,6 +255,30 @@ def test_a_bad_key_is_named_in_the_error(page: Playground, logs: BrowserLogs) ->
     assert page.played_ms() == 0
     page.shoot("08-bad-key")
     logs.drain()  # the refused request is logged by Chromium itself
+
+
+def test_invalid_ssml_is_named_with_its_line_and_column(page: Playground) -> None:
+    start_speaking(page, "<speak>\nHello <break time='soon'/> there.\n</speak>")
+    page.wait(lambda: page.by("error").is_displayed() and page.text("error"), 10, "an error")
+    assert re.search(r"line 2, column \d+", page.text("error")), page.text("error")
+    assert page.played_ms() == 0
+
+
+def test_speak_works_from_the_keyboard_alone(page: Playground) -> None:
+    page.by("text").click()
+    for _ in range(12):  # Tab along the controls to the Speak button
+        page.driver.switch_to.active_element.send_keys(Keys.TAB)
+        if page.driver.switch_to.active_element.get_attribute("data-testid") == "speak":
+            break
+    else:
+        raise AssertionError("Tab never reached the Speak button")
+    page.driver.switch_to.active_element.send_keys(Keys.ENTER)
+    page.wait(lambda: page.played_ms() > 500, 5, "playback started from the keyboard")
+    page.driver.switch_to.active_element.send_keys(Keys.TAB)  # to Stop
+    assert page.driver.switch_to.active_element.get_attribute("data-testid") == "stop"
+    page.driver.switch_to.active_element.send_keys(Keys.ENTER)
+    before, after = page.driver.execute_async_script(PLAYED_300_MS_APART_JS)
+    assert after - before < 200, (before, after)
 
 
 def run_axe(page: Playground, axe: str) -> list[dict[str, Any]]:
