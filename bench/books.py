@@ -33,6 +33,7 @@ Run: ``.venv/bin/python -m bench.books [--voice espeak:en-us] [--characters 3000
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -313,10 +314,8 @@ class UpStack:
             self.process.kill()
             self.process.wait()
             for pid in children.values():  # ours: started by the up we started
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
-                except OSError:
-                    pass
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -385,9 +384,7 @@ def _wait_done(client: httpx.Client, job_id: str, timeout_s: float = 120.0) -> d
         time.sleep(POLL_S)
 
 
-def lane_run(
-    epub: bytes, voice: str, directory: Path, *, kill: bool, timeout_s: float
-) -> LaneRun:
+def lane_run(epub: bytes, voice: str, directory: Path, *, kill: bool, timeout_s: float) -> LaneRun:
     import redis
 
     from tests.support.ledger import commit_log
@@ -500,11 +497,11 @@ def results_table(
         f"| {base.audio_s / base.wall_s:.0f} | — | — | — | — | — | {base.segments} segments "
         f"| — |",
     ]
-    for name, run in (("lane job", plain), ("lane job, render worker SIGKILLed", killed)):
+    for label, run in (("lane job", plain), ("lane job, render worker SIGKILLed", killed)):
         if run.killed:
-            name += f" at {run.killed_at_chunks}/{run.chunks} chunks"
+            label += f" at {run.killed_at_chunks}/{run.chunks} chunks"
         lines.append(
-            f"| {name} | {engine} | {run.wall_s:.1f} | {run.audio_s:.1f} "
+            f"| {label} | {engine} | {run.wall_s:.1f} | {run.audio_s:.1f} "
             f"| {run.audio_s / run.wall_s:.0f} | {overhead(run.wall_s, base.wall_s):+.1%} "
             f"| {run.chunks} | {run.commits} | {run.duplicated} | {run.missing} "
             f"| {run.sentences} | {run.audio_s - expected:+.3f} |"
@@ -529,7 +526,7 @@ def process_kind(name: str) -> str:
     if name.startswith("gpu-worker"):
         return "render worker"
     if "-worker" in name and not name.startswith("cpu"):
-        return f"render worker ({name.split('-worker')[0]})"
+        return f"render worker ({name.split('-worker', maxsplit=1)[0]})"
     return name
 
 
