@@ -497,9 +497,9 @@ def results_table(
         f"| {base.audio_s / base.wall_s:.0f} | — | — | — | — | — | {base.segments} segments "
         f"| — |",
     ]
-    for label, run in (("lane job", plain), ("lane job, render worker SIGKILLed", killed)):
-        if run.killed:
-            label += f" at {run.killed_at_chunks}/{run.chunks} chunks"
+    for title, run in (("lane job", plain), ("lane job, render worker SIGKILLed", killed)):
+        at = f" at {run.killed_at_chunks}/{run.chunks} chunks" if run.killed else ""
+        label = title + at
         lines.append(
             f"| {label} | {engine} | {run.wall_s:.1f} | {run.audio_s:.1f} "
             f"| {run.audio_s / run.wall_s:.0f} | {overhead(run.wall_s, base.wall_s):+.1%} "
