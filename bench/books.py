@@ -338,12 +338,12 @@ def embedded_run(text: str, voice: str, directory: Path) -> EmbeddedRun:
     from voicelane.core.settings import EmbeddedSettings
     from voicelane.workers.render import EmbeddedRenderer
 
-    engine, _ = split_voice(voice)
+    engine, voice_id = split_voice(voice)  # the embedded renderer takes the engine's own id
     with EmbeddedRenderer(EmbeddedSettings(engine=engine or "auto")) as renderer:
-        renderer.render("Warm up.", directory / "warm.ogg", fmt=AudioFormat.OGG, voice=voice)
+        renderer.render("Warm up.", directory / "warm.ogg", fmt=AudioFormat.OGG, voice=voice_id)
         started = time.perf_counter()
         result = renderer.render(
-            text, directory / "embedded.ogg", fmt=AudioFormat.OGG, voice=voice, timings=True
+            text, directory / "embedded.ogg", fmt=AudioFormat.OGG, voice=voice_id, timings=True
         )
         wall_s = time.perf_counter() - started
     return EmbeddedRun(wall_s, result.duration_s, result.segments, vm_hwm_kib(os.getpid()))
