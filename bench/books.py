@@ -22,7 +22,8 @@ Three measurements in the same run, back to back:
 
 Each stack runs with its defaults, chapter pause included (1.5 s before each chapter but the
 first; the embedded render has none): the lane's expected duration is the embedded one plus
-``(chapters - 1) x chapter_pause_s``. Peak memory: VmHWM of every process of the stack (read
+one ``chapter_pause_s`` per chapter that does not start the audio (a pandoc EPUB's title
+page comes first: every chapter gets one). Peak memory: VmHWM of every process of the stack (read
 from ``/proc/PID/status`` before it stops; pids from ``up``'s ``children.json``) and of this
 process for the embedded render.
 
@@ -58,8 +59,11 @@ DEV_KEY = "demo-key"
 READY_LINE = "Ctrl-C stops everything"
 KILL_AT = 0.4
 """The fraction of chunks done at which the kill run SIGKILLs a render worker."""
-DURATION_TOLERANCE_S = 0.05
-"""|lane - expected| allowed: the Opus stream's padding and rounding, not a chunk's audio."""
+DURATION_TOLERANCE_S = 1.0
+"""|lane - expected| allowed. Far below a chunk's audio (a chunk rendered twice adds its
+whole audio: several seconds); above espeak's drift: a restarted libespeak-ng times some
+sentences 1-20 ms apart from the worker it replaced (measured: sentence by sentence from the
+kill on, ~0.2 s over 20 minutes of audio)."""
 TEXT_TOLERANCE = 0.02
 """The extracted prose may differ from ``--characters`` by this fraction."""
 POLL_S = 0.25
@@ -358,7 +362,10 @@ class LaneRun:
     duplicated: int
     missing: int
     chapters: int
+    pauses: int
+    """Chapter pauses in the audio: chapters that start after its beginning."""
     sentences: int
+    sentence_texts: list[str]
     phases_s: dict[str, float]
     peaks_kib: dict[str, int]
     killed: str | None = None
@@ -434,7 +441,7 @@ def lane_run(epub: bytes, voice: str, directory: Path, *, kill: bool, timeout_s:
                 f"/v1/jobs/{job_id}/subtitles", params={"format": "json"}, follow_redirects=True
             )
             subtitles.raise_for_status()
-            sentences = len(subtitles.json()["sentences"])
+            texts = [str(s["text"]) for s in subtitles.json()["sentences"]]
         client_redis = redis.Redis.from_url(stack.redis_url)
         try:
             log = commit_log(client_redis, job_id)
@@ -461,7 +468,9 @@ def lane_run(epub: bytes, voice: str, directory: Path, *, kill: bool, timeout_s:
         duplicated=duplicated,
         missing=missing,
         chapters=len(job.get("chapters") or []),
-        sentences=sentences,
+        pauses=chapter_pauses([float(c.get("start_s", 0.0)) for c in job.get("chapters") or []]),
+        sentences=len(texts),
+        sentence_texts=texts,
         phases_s=phases,
         peaks_kib=peaks,
         killed=killed[0] if killed else None,
@@ -474,9 +483,15 @@ def lane_run(epub: bytes, voice: str, directory: Path, *, kill: bool, timeout_s:
 # ---- tables ----------------------------------------------------------------------------------
 
 
-def expected_lane_audio_s(embedded_audio_s: float, chapters: int, chapter_pause_s: float) -> float:
-    """The lane's audio: the embedded render's plus a pause before each chapter but the first."""
-    return embedded_audio_s + max(0, chapters - 1) * chapter_pause_s
+def chapter_pauses(starts_s: Sequence[float]) -> int:
+    """The chapter pauses in a job's audio: one before each chapter that does not start it
+    (a pandoc EPUB's title page comes before chapter 1: chapter 1 has one too)."""
+    return sum(1 for start_s in starts_s if start_s > 0)
+
+
+def expected_lane_audio_s(embedded_audio_s: float, pauses: int, chapter_pause_s: float) -> float:
+    """The lane's audio: the embedded render's plus its chapter pauses."""
+    return embedded_audio_s + pauses * chapter_pause_s
 
 
 def overhead(lane_wall_s: float, embedded_wall_s: float) -> float:
@@ -487,7 +502,7 @@ def results_table(
     engine: str, base: EmbeddedRun, plain: LaneRun, killed: LaneRun, chapter_pause_s: float
 ) -> list[str]:
     """The main table (Markdown lines)."""
-    expected = expected_lane_audio_s(base.audio_s, plain.chapters, chapter_pause_s)
+    expected = expected_lane_audio_s(base.audio_s, plain.pauses, chapter_pause_s)
     lines = [
         "| run | engine | wall s | audio s | x real time | overhead vs embedded | chunks "
         "| commits | chunks committed twice | chunks never committed | subtitle sentences "
@@ -597,7 +612,7 @@ def main() -> None:
     print("\n".join(results_table(engine, base, plain, killed, chapter_pause_s)))
     print(
         f"\noverhead = lane wall / embedded wall - 1 (target <= 10%); expected lane audio = "
-        f"embedded + {max(0, plain.chapters - 1)} chapter pauses x {chapter_pause_s:g} s; "
+        f"embedded + {plain.pauses} chapter pauses x {chapter_pause_s:g} s; "
         f"kill run vs no-kill audio: {killed.audio_s - plain.audio_s:+.3f} s; "
         f"commits by worker (kill run): {killed.commits_by_worker}\n"
     )
@@ -610,10 +625,11 @@ def main() -> None:
         "kill run audio = no-kill audio": abs(killed.audio_s - plain.audio_s)
         <= DURATION_TOLERANCE_S,
         "lane audio = embedded + pauses": abs(
-            plain.audio_s - expected_lane_audio_s(base.audio_s, plain.chapters, chapter_pause_s)
+            plain.audio_s - expected_lane_audio_s(base.audio_s, plain.pauses, chapter_pause_s)
         )
         <= DURATION_TOLERANCE_S,
-        "subtitle sentences equal": killed.sentences == plain.sentences,
+        "subtitle sentences equal, same texts in order": killed.sentence_texts
+        == plain.sentence_texts,
         "overhead <= 10%": overhead(plain.wall_s, base.wall_s) <= 0.10,
     }
     print()

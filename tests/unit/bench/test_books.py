@@ -13,6 +13,7 @@ from bench.books import (
     EmbeddedRun,
     LaneRun,
     build_book,
+    chapter_pauses,
     commit_counts,
     expected_lane_audio_s,
     memory_table,
@@ -70,8 +71,11 @@ def test_commit_counts_find_duplicates_and_gaps() -> None:
     assert commit_counts([], 2) == (0, 2)
 
 
-def test_expected_lane_audio_adds_a_pause_before_each_chapter_but_the_first() -> None:
-    assert expected_lane_audio_s(100.0, 32, 1.5) == pytest.approx(146.5)
+def test_expected_lane_audio_adds_a_pause_before_each_chapter_that_does_not_start_it() -> None:
+    assert chapter_pauses([0.0, 12.5, 30.0]) == 2
+    assert chapter_pauses([3.2, 12.5, 30.0]) == 3  # a title page before chapter 1
+    assert chapter_pauses([]) == 0
+    assert expected_lane_audio_s(100.0, 31, 1.5) == pytest.approx(146.5)
     assert expected_lane_audio_s(100.0, 0, 1.5) == pytest.approx(100.0)
     assert overhead(110.0, 100.0) == pytest.approx(0.10)
 
@@ -85,7 +89,9 @@ def lane(wall_s: float, **changes: object) -> LaneRun:
         duplicated=0,
         missing=0,
         chapters=32,
+        pauses=31,
         sentences=40,
+        sentence_texts=["One."] * 40,
         phases_s={"chunk renders": wall_s - 1, "assembly": 1.0},
         peaks_kib={"redis": 10 * 1024, "espeak-worker-1": 200 * 1024, "api": 100 * 1024},
     )
