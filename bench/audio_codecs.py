@@ -1,12 +1,17 @@
 """Codec throughput: x real time of resampling, Opus packets and each file writer.
 
-Usage: ``python bench/audio_codecs.py [--seconds 60] [--repeat 5]``
+Usage: ``python bench/audio_codecs.py [--seconds 60] [--repeat 5] [--book-minutes 60]``
 
 Every row processes the same amount of speech-like audio (a gliding tone with harmonics,
 syllable-rate amplitude modulation and a noise floor), mono, at 24 kHz unless the row says
 otherwise, fed in 200 ms pieces where the row is a stream. The baseline row is numpy's own
 float -> int16 conversion of that audio, measured in the same run; ``vs baseline`` is each row's
 speed as a fraction of it. Times are the best of ``--repeat`` runs.
+
+``--book-minutes N`` also times :func:`voicelane.workers.book_audio.write_book_metadata` (60
+chapters, title/author/language, a 200 KB JPEG-sized cover) on an N-minute file of each format
+(the same audio repeated), once each, and prints the file sizes: the step rewrites the file, so
+its time grows with the size.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--seconds", type=float, default=60.0, help="audio per row (s)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per row; best is kept")
+    parser.add_argument(
+        "--book-minutes", type=float, default=0.0, help="time the book metadata step (min)"
+    )
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -152,7 +160,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<56} {elapsed:>9.4f} {xrt:>12,.0f} {xrt / baseline_xrt:>12.4f}")
     sizes = ", ".join(f"{fmt.value} {len(data) / 1024:.0f} KiB" for fmt, data in files.items())
     print(f"file sizes: {sizes}")
+    if args.book_minutes > 0:
+        book_metadata(args.book_minutes, x24)
     return 0
+
+
+def book_metadata(minutes: float, block: PcmF32) -> None:
+    """Write ``minutes`` of each format (``block`` repeated), then time the metadata step."""
+    import tempfile
+
+    from voicelane.common.audio.files import AudioFormat, open_writer
+    from voicelane.workers.book_audio import BookTags, ChapterMark, write_book_metadata
+
+    total_ms = round(minutes * 60_000)
+    step_ms = total_ms // 60
+    chapters = [ChapterMark(f"Chapter {n + 1}", n * step_ms, (n + 1) * step_ms) for n in range(60)]
+    cover = b"\xff\xd8\xff\xe0" + bytes(200_000)  # the size of a typical cover; not decoded
+    tags = BookTags(title="A Book", author="An Author", language="en", cover=cover)
+    print(f"\nbook metadata step on {minutes:g} min files (60 chapters, 200 KB cover), one run")
+    print(f"{'format':<8} {'encode s':>9} {'x real time':>12} {'size MiB':>9} {'metadata s':>11}")
+    with tempfile.TemporaryDirectory(prefix="voicelane-bench-") as directory:
+        for fmt in AudioFormat:
+            path = Path(directory) / f"book.{fmt.extension}"
+            start = time.perf_counter()
+            with open_writer(path, fmt, 24000) as writer:
+                for _ in range(round(total_ms / 1000 * 24000 / len(block))):
+                    writer.write(block)
+            encode_s = time.perf_counter() - start
+            start = time.perf_counter()
+            write_book_metadata(path, fmt, chapters=chapters, tags=tags)
+            tag_s = time.perf_counter() - start
+            size_mib = path.stat().st_size / 2**20
+            xrt = writer.duration_s / encode_s
+            print(f"{fmt.value:<8} {encode_s:>9.1f} {xrt:>12,.0f} {size_mib:>9.1f} {tag_s:>11.2f}")
+            path.unlink()
 
 
 if __name__ == "__main__":

@@ -18,12 +18,22 @@ the code-point span ``[start, end)`` of the source it came from (``&amp;`` decod
 but spans its five source characters), so what is spoken maps back to what was written.
 Comments and processing instructions are skipped. Namespace prefixes stay in the tag
 (``amazon:effect``); :attr:`XmlElement.name` is the part after the prefix.
+
+Two opt-ins, for documents that real producers write that way (EPUB 2's NCX and XHTML), off by
+default (SSML and lexicons keep refusing every DOCTYPE):
+
+* ``allow_doctype``: a DOCTYPE *without an internal subset* (``<!DOCTYPE ncx PUBLIC "..."
+  "...">``) is accepted. Its external DTD is never loaded; a DOCTYPE with an internal subset
+  (``[...]``, where entities are declared) is still refused, as are entity declarations;
+* ``html_entities``: HTML's named character references (``&nbsp;``, ``&eacute;``) decode to
+  their characters (a fixed table, :data:`html.entities.html5`); any other name is refused.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from html.entities import html5 as html5_entities
 from xml.parsers import expat
 
 __all__ = [
@@ -94,6 +104,8 @@ _START_TAG_END = re.compile(r"""(?:[^>"']|"[^"]*"|'[^']*')*>""")
 """The rest of a start tag, to its ``>`` (which may appear inside quoted values)."""
 _REFERENCE = re.compile(r"&(?:#x[0-9a-fA-F]+|#[0-9]+|amp|lt|gt|quot|apos);|\r\n?")
 _CDATA_LINE_END = re.compile(r"\r\n?")
+_REFERENCE_HTML = re.compile(r"&(?:#x[0-9a-fA-F]+|#[0-9]+|[A-Za-z][A-Za-z0-9]*);|\r\n?")
+"""References when HTML's named entities are read (``html_entities``)."""
 _NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
 
 
@@ -106,12 +118,22 @@ def _decode(reference: str) -> str:
         return chr(int(reference[3:-1].lstrip("0") or "0", 16))
     if reference.startswith("&#"):
         return chr(int(reference[2:-1].lstrip("0") or "0"))
-    return _NAMED[reference]
+    return _NAMED.get(reference) or html5_entities.get(reference[1:], reference)
 
 
 class _Builder:
-    def __init__(self, source: str, max_depth: int, max_elements: int) -> None:
+    def __init__(
+        self,
+        source: str,
+        max_depth: int,
+        max_elements: int,
+        *,
+        allow_doctype: bool = False,
+        html_entities: bool = False,
+    ) -> None:
         self.source = source
+        self.allow_doctype = allow_doctype
+        self.html_entities = html_entities
         self.max_depth = max_depth
         self.max_elements = max_elements
         self.root: XmlElement | None = None
@@ -138,6 +160,10 @@ class _Builder:
         p.UnparsedEntityDeclHandler = self._entity
         p.ExternalEntityRefHandler = self._external
         p.SkippedEntityHandler = self._skipped
+        if html_entities:
+            # As if an (unread) external DTD declared them: expat then hands names it does
+            # not know to _skipped instead of failing, and _skipped looks them up.
+            p.UseForeignDTD(True)
         self.encoded = source.encode("utf-8")
         self._ascii = len(self.encoded) == len(source)
         # Byte offsets (expat's) → code points, when the source is not ASCII: offsets only
@@ -184,7 +210,10 @@ class _Builder:
         if len(text) == until - start and self.source.startswith(text, start):
             children.append(XmlText(text, start, until))  # as written: the common case
             return
-        pattern = _CDATA_LINE_END if self._in_cdata else _REFERENCE
+        if self._in_cdata:
+            pattern = _CDATA_LINE_END
+        else:
+            pattern = _REFERENCE_HTML if self.html_entities else _REFERENCE
         pieces: list[XmlText] = []
         position = start
         for match in pattern.finditer(self.source, start, until):
@@ -272,14 +301,22 @@ class _Builder:
         self._in_cdata = False
         self._markup(here + len("]]>"))
 
-    def _doctype(self, *_args: object) -> None:
+    def _doctype(
+        self, _name: str, _system_id: str | None, _public_id: str | None, has_internal_subset: int
+    ) -> None:
         # expat reports it where its internal subset starts: name where it begins.
+        if self.allow_doctype and not has_internal_subset:
+            return  # an external DTD named, never loaded (parameter entities: never)
         here = self._here()
         start = self.source.rfind("<!DOCTYPE", 0, here + 1)
         start = here if start < 0 else start
         line = self.source.count("\n", 0, start) + 1
         column = start - (self.source.rfind("\n", 0, start) + 1) + 1
-        raise XmlError("a document type declaration (DOCTYPE) is not allowed", line, column)
+        if self.allow_doctype:
+            message = "a DTD with an internal subset (entity declarations) is not allowed"
+        else:
+            message = "a document type declaration (DOCTYPE) is not allowed"
+        raise XmlError(message, line, column)
 
     def _entity(self, *_args: object) -> None:  # pragma: no cover - only inside a DOCTYPE
         self._fail("entity declarations are not allowed")
@@ -288,8 +325,14 @@ class _Builder:
         self._fail("external entities are not allowed")
         return 0
 
-    def _skipped(self, name: str, _is_parameter: int) -> None:  # pragma: no cover - DTD only
-        self._fail(f"undefined entity &{name};")
+    def _skipped(self, name: str, is_parameter: int) -> None:
+        character = (
+            html5_entities.get(name + ";") if self.html_entities and not is_parameter else None
+        )
+        if character is None:
+            self._fail(f"undefined entity &{name};")
+            return
+        self._text.append(character)
 
 
 def parse_xml(
@@ -298,14 +341,19 @@ def parse_xml(
     max_chars: int,
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    allow_doctype: bool = False,
+    html_entities: bool = False,
 ) -> XmlElement:
-    """The root element of ``source``, or :class:`XmlError` (see the module docstring)."""
+    """The root element of ``source``, or :class:`XmlError` (see the module docstring;
+    ``allow_doctype`` and ``html_entities`` are the EPUB opt-ins described there)."""
     if len(source) > max_chars:
         # Where the document crosses the limit, so the message names a place like the others.
         line = source.count("\n", 0, max_chars) + 1
         column = max_chars - (source.rfind("\n", 0, max_chars) + 1) + 1
         raise XmlError(f"document is longer than {max_chars} characters", line, column)
-    builder = _Builder(source, max_depth, max_elements)
+    builder = _Builder(
+        source, max_depth, max_elements, allow_doctype=allow_doctype, html_entities=html_entities
+    )
     try:
         builder.parser.Parse(source.encode("utf-8"), True)
     except expat.ExpatError as error:

@@ -445,6 +445,7 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
         ctx.enqueue(ASSEMBLE_TASK, job_id)
     elif outcome is CommitOutcome.INACTIVE:  # cancelled or failed meanwhile: drop the part
         ctx.storage.delete(key)
+        ctx.storage.delete(timings_key(job, n))
     _feed_quietly(ctx, job.options.engine)
     return outcome
 

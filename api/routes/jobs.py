@@ -64,7 +64,7 @@ class JobRequest(BaseModel):
 
     text: str = Field(description="The text to speak (UTF-8), at most the configured limit.")
     voice: str | None = Field(None, description="A voice id from GET /v1/voices; auto if unset.")
-    format: str = Field("ogg", description="ogg, mp3, wav or flac.")
+    format: str = Field("ogg", description="ogg, mp3, wav, flac or m4b.")
     sample_rate_hz: int | None = Field(None, description="Output sample rate; 24000 if unset.")
     speed: float | None = Field(
         None, description="Speaking-rate multiplier, within the engine's range; 1.0 if unset."
@@ -281,11 +281,11 @@ async def _read_job_request(
                 field="input_format",
             )
         document = (
-            await run_in_threadpool(document_from_text, body.text, kind, limits=limits)
+            await run_in_threadpool(_document_from_field, body.text, kind, limits)
             if kind in ("markdown", "html")
             else Document(kind=kind or "text", text=body.text)
         )
-        return body, "text", document
+        return body.model_copy(update={"text": document.text}), "text", document
     if content_type == "multipart/form-data":
         form = await request.form(max_files=1, max_fields=12)
         upload = form.get("file")
@@ -314,6 +314,16 @@ async def _read_job_request(
         f"content type {content_type or 'none'!r} is not supported; "
         "send application/json or multipart/form-data"
     )
+
+
+def _document_from_field(text: str, kind: str, limits: DocumentLimits) -> Document:
+    """The JSON ``text`` read as ``kind``; its errors name the field."""
+    try:
+        return document_from_text(text, kind, limits=limits)
+    except InvalidInputError as error:
+        if error.field is None:
+            error.field = "text"
+        raise
 
 
 def _input_format(value: object) -> str | None:

@@ -177,7 +177,8 @@ class Jobs:
         ``[start_ms, end_ms]`` in the output), ``outputs`` (the other files: subtitles,
         chapter files)."""
         if fields:
-            self.redis.hset(JOB.key(job_id), mapping=dict(fields))
+            mapping: dict[FieldT, EncodableT] = dict(fields.items())
+            self.redis.hset(JOB.key(job_id), mapping=mapping)
 
     def extras(self, job_id: str) -> dict[str, str]:
         """What :meth:`set_extras` recorded (missing fields left out)."""

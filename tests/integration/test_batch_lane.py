@@ -111,9 +111,12 @@ def test_submit_done_download_and_duration_matches_embedded(
     with EmbeddedRenderer(EmbeddedSettings(engine="espeak")) as renderer:
         embedded = renderer.render(SAMPLE, tmp_path / "embedded.ogg", fmt=AudioFormat.OGG)
     assert info.duration_s == pytest.approx(embedded.duration_s, rel=0.02)
-    # The parts are gone, only the finished file remains.
+    # The parts (and their timings) are gone; the finished file and its subtitles remain.
     tenant_prefix = f"acme/{job['id']}/"
-    assert s3.list_keys(tenant_prefix) == [f"{tenant_prefix}audio.ogg"]
+    assert s3.list_keys(tenant_prefix) == [
+        f"{tenant_prefix}{name}"
+        for name in ("audio.ogg", "subtitles.json", "subtitles.srt", "subtitles.vtt")
+    ]
     assert s3.incomplete_uploads(tenant_prefix) == []
 
 
@@ -250,3 +253,56 @@ def test_flower_answers_with_auth_only_and_is_read_only(lane: Stack) -> None:
     shutdown = httpx.post(f"{lane.flower_url}/api/worker/shutdown/gpu@test", auth=auth, timeout=10)
     assert shutdown.status_code == 404  # read-only: the control API is not there
     assert lane.procs[0].alive()
+
+
+def test_the_cli_uploads_an_epub_and_fetches_its_m4b_and_subtitles(
+    lane: Stack, tmp_path: Path
+) -> None:
+    """``voicelane jobs submit book.epub --format m4b -o ... --subtitles book.srt`` against the
+    running lane: the book's chapters in the file, its sentences in the subtitles."""
+    import subprocess
+    import sys
+
+    import srt
+
+    from tests.support.documents import pandoc_epub
+    from tests.support.stack import ACME_KEY
+
+    built = pandoc_epub(tmp_path)
+    source = tmp_path / "book.epub"
+    source.write_bytes(built.data)
+    audio, subtitles = tmp_path / "book.m4b", tmp_path / "book.srt"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "voicelane.api.cli",
+            "jobs",
+            "submit",
+            str(source),
+            "--server",
+            f"http://127.0.0.1:{lane.api_port}",
+            "--key",
+            ACME_KEY,
+            "--format",
+            "m4b",
+            "-o",
+            str(audio),
+            "--subtitles",
+            str(subtitles),
+            "--timeout",
+            "180",
+        ],
+        env=lane.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr + lane.logs()
+    info = probe(audio)
+    assert info.codec == "aac" and info.duration_s > 5
+    cues = list(srt.parse(subtitles.read_text(encoding="utf-8")))
+    assert cues and cues[-1].end.total_seconds() <= info.duration_s + 0.3
+    assert any(built.toc_titles[0] in c.content for c in cues)

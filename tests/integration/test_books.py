@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import math
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +18,21 @@ import pytest
 import srt
 import webvtt
 
+from tests.support.documents import ebooklib_epub, pandoc_epub
 from tests.support.jobs import espeak_context
 from tests.support.tools import require_tool
 from voicelane.common.audio import decode_to_pcm
+from voicelane.core.documents import DocumentLimits, read_document
 from voicelane.core.job_files import subtitles_key
 from voicelane.core.ledger import BookInfo, ChapterInfo, JobOptions, JobState
 from voicelane.core.subtitles import Subtitles
-from voicelane.workers.jobs import JobContext, assemble_job, plan_job, render_chunk
+from voicelane.workers.jobs import (
+    JobContext,
+    assemble_job,
+    cleanup_job,
+    plan_job,
+    render_chunk,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -94,8 +103,8 @@ def voiced_frames(pcm: np.ndarray, rate: int) -> np.ndarray:
 
 
 def onset_ms(voiced: np.ndarray, from_ms: float) -> float:
-    """The first voiced frame at or after ``from_ms``."""
-    first = max(0, int(from_ms / 1000 / FRAME_S))
+    """The first voiced frame starting at or after ``from_ms``."""
+    first = max(0, math.ceil(from_ms / 1000 / FRAME_S - 1e-9))
     hits = np.flatnonzero(voiced[first:])
     assert hits.size, f"no speech after {from_ms} ms"
     return float((first + hits[0]) * FRAME_S * 1000)
@@ -142,6 +151,104 @@ def test_an_m4b_book_has_its_chapters_where_their_audio_starts_with_tags_and_cov
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None
     plans = [ctx.ledger.jobs.chunk(job_id, n) for n in range(job.chunks_total)]
+    # A chunk never spans two chapters; the title page belongs to none.
+    assert plans[0].chapter is None
+    chapters_of = [-1 if p.chapter is None else p.chapter for p in plans]
+    assert chapters_of == sorted(chapters_of) and set(chapters_of) == {-1, 0, 1, 2}
+    path = output_path(ctx, job_id, tmp_path, "book.m4b")
+    info = ffprobe(path)
+    titles = [c["tags"]["title"] for c in info["chapters"]]
+    assert titles == [title for title, _ in CHAPTERS]
+    tags = {k.lower(): v for k, v in info["format"]["tags"].items()}
+    assert tags["title"] == "A Small Book" and tags["artist"] == "Nobody"
+    assert cover_of_m4b(path) == cover
+    # Decodes end to end; each chapter mark within 100 ms of where its audio starts (the
+    # first voiced frame after the chapter pause).
+    pcm, rate = decode_to_pcm(path)
+    duration_ms = len(pcm) / rate * 1000
+    assert job.duration_s is not None
+    assert abs(duration_ms - job.duration_s * 1000) < 100
+    voiced = voiced_frames(pcm, rate)
+    for chapter in info["chapters"]:
+        mark_ms = float(chapter["start_time"]) * 1000
+        heard_ms = onset_ms(voiced, mark_ms - 1000)
+        assert abs(heard_ms - mark_ms) <= 100, (chapter["tags"]["title"], mark_ms, heard_ms)
+    assert float(info["chapters"][-1]["end_time"]) * 1000 == pytest.approx(duration_ms, abs=150)
+    # The cover is gone from storage once the job is cleaned up (it is in the file now).
+    cleanup_job(ctx, job_id)
+    assert not ctx.storage.exists("acme/cover-upload.png")
+
+
+@pytest.mark.parametrize("producer", ["pandoc", "ebooklib"])
+def test_epubs_of_third_party_producers_become_m4bs_with_their_table_of_contents(
+    ctx: JobContext, tmp_path: Path, producer: str
+) -> None:
+    built = pandoc_epub(tmp_path) if producer == "pandoc" else ebooklib_epub()
+    document = read_document(built.data, filename="book.epub", limits=DocumentLimits(10**6))
+    cover_key = None
+    if document.cover is not None:
+        cover_key = f"acme/{producer}-cover"
+        ctx.storage.put_bytes(cover_key, document.cover.data)
+    book = BookInfo(
+        kind=document.kind,
+        title=document.title,
+        author=document.author,
+        language=document.language,
+        chapters=tuple(ChapterInfo(c.title, c.start, c.level) for c in document.chapters),
+        cover_key=cover_key,
+        cover_media_type=document.cover.media_type if document.cover else None,
+    )
+    job_id = run_job(ctx, document.text, "m4b", book)
+    path = output_path(ctx, job_id, tmp_path, "book.m4b")
+    info = ffprobe(path)
+    # Chapter count and titles equal the book's table of contents.
+    assert [c["tags"]["title"] for c in info["chapters"]] == list(built.toc_titles)
+    tags = {k.lower(): v for k, v in info["format"]["tags"].items()}
+    assert tags["title"] == built.title and tags["artist"] == built.author
+    if built.cover is not None:
+        assert cover_of_m4b(path) == built.cover
+    pcm, rate = decode_to_pcm(path)  # decodes end to end
+    voiced = voiced_frames(pcm, rate)
+    for chapter in info["chapters"]:
+        mark_ms = float(chapter["start_time"]) * 1000
+        heard_ms = onset_ms(voiced, mark_ms - 1000)
+        assert abs(heard_ms - mark_ms) <= 100, (chapter["tags"]["title"], mark_ms, heard_ms)
+    subs = Subtitles.from_json(json.loads(subtitles_of(ctx, job_id, "json")))
+    assert [c.title for c in subs.chapters] == list(built.toc_titles)
+    assert all(document.text[s.char_start : s.char_end] == s.text for s in subs.sentences)
+
+
+def cover_of_m4b(path: Path) -> bytes | None:
+    from mutagen.mp4 import MP4
+
+    tags = MP4(path).tags
+    covers = tags.get("covr") if tags else None
+    return bytes(covers[0]) if covers else None
+
+
+def test_subtitles_match_the_sentences_and_the_audio_as_delivered(
+    ctx: JobContext, tmp_path: Path
+) -> None:
+    text, chapters = book_text()
+    job_id = run_job(ctx, text, "wav", BookInfo(kind="markdown", chapters=tuple(chapters)))
+    data = json.loads(subtitles_of(ctx, job_id, "json"))
+    subs = Subtitles.from_json(data)
+    sentences = subs.sentences
+    # One cue per sentence, in order, with the user's own text (not "forty-two").
+    expected = [
+        "A Small Book.",
+        "By Nobody.",
+        "Chapter One.",
+        "The first chapter opens here.",
+        "It has two sentences.",
+        "Chapter Two.",
+        "The second chapter is longer.",
+        "It goes on for a while.",
+        "A new paragraph holds 42 apples, and $3.50 of change.",
+        "Then it ends.",
+        "Chapter Three.",
+        "The last chapter is short.",
+    ]
     assert [s.text for s in sentences] == expected
     assert all(text[s.char_start : s.char_end] == s.text for s in sentences)
     assert subs.word_timings
@@ -165,7 +272,7 @@ def test_an_m4b_book_has_its_chapters_where_their_audio_starts_with_tags_and_cov
     assert [c.title for c in subs.chapters] == [title for title, _ in CHAPTERS]
     # WebVTT and SRT parse with kept libraries, with the same cues.
     vtt = webvtt.from_buffer(io.StringIO(subtitles_of(ctx, job_id, "vtt")))
-    assert [" ".join(c.text.split()) for c in vtt] == expected
+    assert [" ".join(c.text.split()) for c in vtt.captions] == expected
     cues = list(srt.parse(subtitles_of(ctx, job_id, "srt")))
     assert [" ".join(c.content.split()) for c in cues] == expected
     assert [round(c.start.total_seconds() * 1000) for c in cues] == [s.start_ms for s in sentences]

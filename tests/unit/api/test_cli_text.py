@@ -104,7 +104,7 @@ def test_jobs_submit_sends_the_text_options(
         def __init__(self, *_: object) -> None:
             pass
 
-        def submit(self, _text: str, **options: object) -> dict[str, object]:
+        def submit_file(self, _path: Path, **options: object) -> dict[str, object]:
             sent.append({k: v for k, v in options.items() if v is not None})
             raise UnavailableError("stand-in: no server")
 

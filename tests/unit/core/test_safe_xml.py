@@ -220,3 +220,55 @@ def test_a_large_document_of_many_runs_keeps_every_character() -> None:
     assert runs[-1].end == len(source) - len("</speak>")
     for previous, current in itertools.pairwise(runs):
         assert previous.end == current.start
+
+
+# ---- the EPUB opt-ins: a DOCTYPE without internal subset, HTML's named entities -------------
+
+NCX_DOCTYPE = (
+    '<?xml version="1.0"?>\n<!DOCTYPE ncx PUBLIC "-//NISO//DTD ncx 2005-1//EN"'
+    ' "http://www.daisy.org/z3986/2005/ncx-2005-1.dtd">\n<ncx><text>a&amp;b</text></ncx>'
+)
+
+
+def test_a_doctype_without_internal_subset_is_refused_by_default() -> None:
+    with pytest.raises(XmlError, match="DOCTYPE"):
+        parse_xml(NCX_DOCTYPE, max_chars=MAX)
+
+
+def test_a_doctype_without_internal_subset_is_read_when_allowed_and_its_dtd_never_loaded() -> None:
+    root = parse_xml(NCX_DOCTYPE, max_chars=MAX, allow_doctype=True)
+    assert root.name == "ncx"
+    assert root.text() == "a&b"
+
+
+@pytest.mark.parametrize("source", [BILLION_LAUGHS, EXTERNAL_ENTITY])
+def test_an_internal_subset_is_refused_even_when_doctypes_are_allowed(source: str) -> None:
+    with pytest.raises(XmlError, match="internal subset") as caught:
+        parse_xml(source, max_chars=MAX, allow_doctype=True, html_entities=True)
+    assert (caught.value.line, caught.value.column) == (2, 1)
+
+
+def test_html_named_entities_decode_when_asked_with_their_source_spans() -> None:
+    source = "<p>a&nbsp;b &eacute;&amp;</p>"
+    root = parse_xml(source, max_chars=MAX, html_entities=True)
+    assert root.text() == "a\u00a0b é&"
+    nbsp = next(t for t in texts(root) if t.text == "\u00a0")
+    assert source[nbsp.start : nbsp.end] == "&nbsp;"
+    assert nbsp.decoded
+
+
+def test_html_named_entities_also_decode_behind_an_allowed_doctype() -> None:
+    source = '<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" "x.dtd"><p>a&nbsp;b</p>'
+    root = parse_xml(source, max_chars=MAX, allow_doctype=True, html_entities=True)
+    assert root.text() == "a\u00a0b"
+
+
+def test_an_unknown_entity_name_is_refused_even_with_html_entities() -> None:
+    with pytest.raises(XmlError, match="undefined entity &bogus;"):
+        parse_xml("<p>a &bogus; b</p>", max_chars=MAX, html_entities=True)
+
+
+def test_without_the_opt_in_nbsp_is_still_an_undefined_entity_behind_a_doctype() -> None:
+    source = '<!DOCTYPE p SYSTEM "x.dtd"><p>a&nbsp;b</p>'
+    with pytest.raises(XmlError, match="undefined entity &nbsp;"):
+        parse_xml(source, max_chars=MAX, allow_doctype=True)

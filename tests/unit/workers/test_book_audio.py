@@ -262,7 +262,7 @@ def test_opusinfo_accepts_the_tagged_ogg(tmp_path: Path) -> None:
         pytest.skip(f"{OPUSINFO} not installed (opus-tools)")
     path = tmp_path / "book.ogg"
     _write_book(path, AudioFormat.OGG)
-    # a cover larger than one Ogg page (64 KiB of pixels in the PNG's text... as JPEG bytes)
+    # a 200 KB cover: the comment header spans several Ogg pages (a page holds < 64 KiB)
     big_cover = COVERS["image/jpeg"] + bytes(200_000)
     tags = BookTags(title="T", author="A", language="en", cover=big_cover)
     write_book_metadata(path, AudioFormat.OGG, chapters=CHAPTERS, tags=tags)
