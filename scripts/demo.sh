@@ -39,6 +39,10 @@ export VOICELANE_API_KEY=${VOICELANE_API_KEY:-demo-key}
 echo "== batch lane: the sample text as a job over REST"
 .venv/bin/voicelane jobs submit examples/sample.txt --server "$api" -o out/sample-job.ogg
 echo
+echo "== batch lane: a short book (Markdown) as an audiobook: M4B with chapter marks, and subtitles"
+.venv/bin/voicelane jobs submit examples/book.md --server "$api" --format m4b \
+    -o out/book.m4b --subtitles out/book.vtt
+echo
 echo "== real-time lane: one sentence streamed through the gRPC front (English: Piper)"
 .venv/bin/voicelane say "Hello from the real-time lane of voicelane." \
     --server "${VOICELANE_GRPC:-127.0.0.1:50051}" -o out/stream.wav

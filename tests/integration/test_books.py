@@ -294,7 +294,14 @@ def test_split_chapters_writes_one_file_per_chapter(ctx: JobContext, tmp_path: P
     assert job is not None
     keys = ctx.storage.list_keys(f"acme/{job_id}/chapters/")
     assert [k.rsplit("/", 1)[-1] for k in keys] == ["001.ogg", "002.ogg", "003.ogg"]
+    # The book itself carries the chapters as Vorbis comments, read back by ffprobe.
+    book_file = output_path(ctx, job_id, tmp_path, "book.ogg")
+    info = ffprobe(book_file)
+    assert [c["tags"]["title"] for c in info["chapters"]] == [t for t, _ in CHAPTERS]
     times = json.loads(ctx.ledger.jobs.extras(job_id)["chapter_times"])
+    assert [round(float(c["start_time"]) * 1000) for c in info["chapters"]] == [
+        start for start, _ in times
+    ]
     for key, (start_ms, end_ms) in zip(keys, times, strict=True):
         pcm, rate = decode_to_pcm(ctx.storage.get_bytes(key))
         # Each file holds its chapter's audio (the chapter pause stays in the book only).

@@ -95,7 +95,10 @@ def test_sigkill_of_the_gpu_worker_midway_loses_nothing_and_duplicates_nothing(
     assert job["output"]["duration_s"] == pytest.approx(calm["output"]["duration_s"], abs=0.5)
     # No part and no open multipart upload is left behind.
     prefix = f"acme/{job_id}/"
-    assert storage.list_keys(prefix) == [f"{prefix}audio.ogg"]
+    assert storage.list_keys(prefix) == [  # no part or timings left: the file and subtitles
+        f"{prefix}{name}"
+        for name in ("audio.ogg", "subtitles.json", "subtitles.srt", "subtitles.vtt")
+    ]
     assert storage.incomplete_uploads("acme/") == []
     print(f"\nrecovery: next chunk committed {recovery_s:.2f} s after SIGKILL ({total} chunks)")
 

@@ -132,3 +132,16 @@ def test_an_epub_in_json_is_refused_naming_the_field(
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "input_format"
     assert snapshot(connection) == before
+
+
+def test_subtitles_of_an_unfinished_job_are_409_and_an_unknown_format_422(
+    api: tuple[TestClient, redis.Redis, LocalStorage],
+) -> None:
+    client, _, _ = api
+    job_id = client.post("/v1/jobs", headers=ACME, json={"text": "Hello there."}).json()["id"]
+    response = client.get(f"/v1/jobs/{job_id}/subtitles?format=srt", headers=ACME)
+    assert response.status_code == 409 and response.json()["error"]["code"] == "job_state"
+    response = client.get(f"/v1/jobs/{job_id}/subtitles?format=ass", headers=ACME)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "format"
+    view = client.get(f"/v1/jobs/{job_id}", headers=ACME).json()
+    assert view["links"]["subtitles"]["vtt"] == f"/v1/jobs/{job_id}/subtitles?format=vtt"
