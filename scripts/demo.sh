@@ -54,6 +54,7 @@ echo "== LLM lane: a question to the LLM, its reply spoken while it is written (
 .venv/bin/voicelane chat "What should I pack for a weekend in the mountains?" \
     --server "${VOICELANE_GRPC:-127.0.0.1:50051}" -o out/chat.wav
 echo
-echo "The stack keeps running: API $api/docs (key demo-key), gRPC ${VOICELANE_GRPC:-127.0.0.1:50051},"
+echo "The stack keeps running: the playground $api/playground and the API $api/docs (key demo-key),"
+echo "gRPC ${VOICELANE_GRPC:-127.0.0.1:50051},"
 echo "Flower http://127.0.0.1:5555 (admin:admin)."
 echo "make stop stops it."
