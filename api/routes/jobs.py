@@ -287,7 +287,7 @@ async def _read_job_request(
         )
         return body.model_copy(update={"text": document.text}), "text", document
     if content_type == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=12)
+        form = await request.form(max_files=1, max_fields=16)
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise InvalidInputError(
