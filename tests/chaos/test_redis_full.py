@@ -18,6 +18,7 @@ import pytest
 import redis
 import websockets
 
+from tests.support.redis import fill_to_maxmemory
 from tests.support.stack import ACME_KEY, Stack, wait_for
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
@@ -41,7 +42,7 @@ def full(tmp_path: Path) -> Iterator[tuple[Stack, redis.Redis]]:
         stack.api()
         stack.grpc()
         stack.wait_realtime_workers()
-        fill(client)
+        fill_to_maxmemory(client, FILLER)
         yield stack, client
     except BaseException:
         print(stack.logs())
@@ -50,16 +51,6 @@ def full(tmp_path: Path) -> Iterator[tuple[Stack, redis.Redis]]:
         client.close()
         stack.stop()
         redis_server.stop()
-
-
-def fill(client: redis.Redis) -> None:
-    """Write until Redis refuses: it is at maxmemory now."""
-    for index in range(10_000):
-        try:
-            client.set(f"{FILLER}{index}", b"x" * 64 * 1024)
-        except redis.exceptions.OutOfMemoryError:
-            return
-    raise AssertionError("Redis never filled up")
 
 
 def assert_store_full(response: httpx.Response) -> None:
