@@ -3,8 +3,9 @@
 ``/healthz`` touches nothing; ``/readyz`` asks Redis and storage with a short timeout each,
 so both answer within a second whatever Redis does, and name what is down without saying
 where it is or what it said (that goes to the log): ``redis`` (unreachable), ``store_full``
-(Redis answers but is at its ``maxmemory`` and refuses writes), ``storage``, ``llm``. ``/metrics`` needs the metrics token
-(``VOICELANE_METRICS_TOKEN``) when one is set; without one it is open in dev mode only.
+(Redis answers but is at its ``maxmemory`` and refuses writes), ``storage``, ``llm``.
+``/metrics`` needs the metrics token (``VOICELANE_METRICS_TOKEN``) when one is set; without
+one it is open in dev mode only.
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ class RealtimeClient:
         Redis's own test — used memory, less what it does not count against the limit (AOF
         and replica buffers), over ``maxmemory``. One ``INFO memory``: no key, no write, so
         readiness can ask it every few seconds for nothing (well under a millisecond)."""
-        memory = cast(dict[str, Any], await self.redis.info("memory"))
+        memory = await self.redis.info("memory")
         limit_bytes = int(memory.get("maxmemory", 0))
         counted_bytes = int(memory.get("used_memory", 0)) - int(
             memory.get("mem_not_counted_for_evict", 0)

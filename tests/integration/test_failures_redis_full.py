@@ -43,10 +43,18 @@ def full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
         server.stop()
 
 
+def pipelined(client: redis.Redis, *, transaction: bool) -> list[Any]:
+    pipeline = client.pipeline(transaction=transaction)
+    pipeline.get("a")
+    pipeline.set("a", "b")
+    pipeline.incr("c")
+    return pipeline.execute()
+
+
 WRITES: dict[str, Callable[[redis.Redis], Any]] = {
     "command": lambda r: r.xadd("s", {"a": "b"}),
-    "pipeline": lambda r: r.pipeline(transaction=False).get("a").set("a", "b").execute(),
-    "transaction": lambda r: r.pipeline(transaction=True).set("a", "b").incr("c").execute(),
+    "pipeline": lambda r: pipelined(r, transaction=False),
+    "transaction": lambda r: pipelined(r, transaction=True),
     "script write": lambda r: r.eval(
         "redis.call('GET', KEYS[1]); redis.call('SET', KEYS[1], 1)", 1, "k"
     ),
