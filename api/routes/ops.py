@@ -29,6 +29,10 @@ router = APIRouter(include_in_schema=False)
 
 PROBE_TIMEOUT_S = 0.4
 """Each readiness probe (Redis, storage) gets this long."""
+EXPIRES_MAX_CHARS = 20
+"""A link's ``expires`` as it came (a string: only the spelling that was signed counts, which
+:meth:`~voicelane.core.storage.LocalStorage.verify_link` checks; an int here would take
+``+1``, ``01`` or ``1.0`` for ``1``)."""
 STORE_FULL = "store_full"
 """The problem readiness names while Redis is reachable but at its ``maxmemory`` (it refuses
 writes; the fronts answer 503 ``store_full`` meanwhile)."""
@@ -82,11 +86,11 @@ def _check_metrics_token(state: ApiState, authorization: str | None) -> None:
         raise AuthError("/metrics needs Authorization: Bearer <metrics token>")
 
 
-@router.get("/v1/files/{key:path}")
+@router.api_route("/v1/files/{key:path}", methods=["GET", "HEAD"])
 async def local_file(
     key: str,
     state: State,
-    expires: Annotated[int, Query()],
+    expires: Annotated[str, Query(max_length=EXPIRES_MAX_CHARS)],
     sig: Annotated[str, Query(max_length=128)],
     filename: Annotated[str | None, Query(max_length=255)] = None,
 ) -> Response:
