@@ -434,6 +434,8 @@ class Conversation(Stream):
 
     ended = False
     _text: ConversationText | None = None
+    _unflushed = False
+    """Text was sent since the last flush: only then does a flush do (and cost) anything."""
 
     async def send(self, delta: str) -> None:
         if self._text is None:
@@ -441,8 +443,15 @@ class Conversation(Stream):
         text = self._text.accept(delta)
         if text:
             await self._lane.send_input(self.lane_id, InputPiece(InputKind.TEXT, text))
+            self._unflushed = True
 
     async def flush(self) -> None:
+        """Speak what was sent so far. A flush with no text since the last (or before any) has
+        nothing to flush and is dropped: flushes are then bounded by the text's own limit
+        (each would be an entry in Redis until the conversation ends)."""
+        if not self._unflushed:
+            return
+        self._unflushed = False
         await self._lane.send_input(self.lane_id, InputPiece(InputKind.FLUSH))
 
     async def end(self) -> None:
