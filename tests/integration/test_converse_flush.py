@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_grpc_front import (  # noqa: F401 - fixtures, used by name
+from tests.integration import test_grpc_front as grpc_front
+from tests.integration.test_grpc_front import (
     ACME,
     END,
     FLUSH,
     Harness,
-    anyio_backend,
     collect,
     delta,
-    harness,
     start_message,
 )
+
+harness = grpc_front.harness  # the gRPC front's fixtures, by name
+anyio_backend = grpc_front.anyio_backend
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
