@@ -33,7 +33,7 @@ def limits(harness: Harness) -> Iterator[redis.Redis]:
     try:
         yield client
     finally:
-        client.execute_command("CLIENT", "UNPAUSE")
+        client.client_unpause()
         client.config_set("maxmemory", 0)
 
 
@@ -61,7 +61,7 @@ async def test_the_slot_comes_back_when_redis_is_full(
 
 async def test_a_release_that_timed_out_is_retried(harness: Harness, limits: redis.Redis) -> None:
     call = await open_stream(harness)
-    limits.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")
+    limits.client_pause(PAUSE_MS, all=False)  # writes wait, reads go on
 
     call.cancel()  # type: ignore[attr-defined]
 
