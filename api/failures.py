@@ -7,7 +7,8 @@ the OpenAI routes):
 - Redis unreachable or timed out (``redis.ConnectionError``, ``redis.TimeoutError``) →
   :class:`~voicelane.common.errors.UnavailableError` (503 / UNAVAILABLE), retry after 1 s;
 - Redis at its ``maxmemory`` (``redis.exceptions.OutOfMemoryError``: it refuses new writes,
-  nothing is evicted) → :class:`~voicelane.common.errors.StoreFullError` (503 /
+  nothing is evicted; or a ``ResponseError`` carrying that refusal, as a Lua script re-raises
+  it) → :class:`~voicelane.common.errors.StoreFullError` (503 /
   RESOURCE_EXHAUSTED), retry after 30 s;
 - a request that is not its model's shape (pydantic's ``ValidationError``) →
   :class:`~voicelane.common.errors.InvalidInputError` (422 / INVALID_ARGUMENT) naming its
@@ -90,7 +91,7 @@ def client_error(error: BaseException, *, where: str = "request") -> VoicelaneEr
 
 def service_error(error: BaseException) -> VoicelaneError | None:
     """The client-facing error for a failure of a service behind the front (Redis), or None."""
-    if isinstance(error, redis.exceptions.OutOfMemoryError):
+    if _store_full(error):
         return StoreFullError(
             "the service is at its memory limit and takes no new work; retry later",
             retry_after_s=FULL_RETRY_S,
@@ -101,6 +102,20 @@ def service_error(error: BaseException) -> VoicelaneError | None:
             retry_after_s=UNREACHABLE_RETRY_S,
         )
     return None
+
+
+OOM_MARKS = ("OOM command not allowed", "command not allowed when used memory")
+"""Redis's refusal at ``maxmemory`` inside another error's text: a Lua script that caught it
+(``redis.pcall``) and raised its own, which redis-py parses as a plain ``ResponseError``."""
+
+
+def _store_full(error: BaseException) -> bool:
+    """Redis at its ``maxmemory``: by class (redis-py's parser maps an ``-OOM`` reply to
+    ``OutOfMemoryError``, whose text — redis-py 8 — no longer starts with ``OOM``), or a
+    ``ResponseError`` that carries the refusal inside its text."""
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return True
+    return isinstance(error, redis.ResponseError) and any(mark in str(error) for mark in OOM_MARKS)
 
 
 def invalid_input(

@@ -112,8 +112,13 @@ def _with_tenant(behavior: Callable[..., Any], tenant: str) -> Callable[..., Any
     return streaming if inspect.isasyncgenfunction(behavior) else unary
 
 
-def _replace_behavior(handler: Handler, behavior: Callable[..., Any]) -> Handler:
-    """A handler of the same kind and (de)serializers as ``handler`` running ``behavior``."""
+def _replace_behavior(
+    handler: Handler,
+    behavior: Callable[..., Any],
+    request_deserializer: Callable[[bytes], Any] | None = None,
+) -> Handler:
+    """A handler of the same kind and (de)serializers as ``handler`` running ``behavior``
+    (and decoding requests with ``request_deserializer`` when given)."""
     if handler.request_streaming and handler.response_streaming:
         make = grpc.stream_stream_rpc_method_handler
     elif handler.request_streaming:
@@ -124,6 +129,6 @@ def _replace_behavior(handler: Handler, behavior: Callable[..., Any]) -> Handler
         make = grpc.unary_unary_rpc_method_handler
     return make(
         behavior,
-        request_deserializer=handler.request_deserializer,
+        request_deserializer=request_deserializer or handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )

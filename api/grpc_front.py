@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from voicelane.api.auth import ApiKeys
 from voicelane.api.engines import EngineCatalog
 from voicelane.api.grpc_auth import AuthInterceptor
+from voicelane.api.grpc_decode import DecodeInterceptor
 from voicelane.api.grpc_service import SERVICE_NAME, SpeechService
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
@@ -95,7 +96,7 @@ async def start_front(
 ) -> Front:
     keys = ApiKeys.from_settings(settings.api_keys, dev_mode=settings.dev_mode)
     server = grpc.aio.server(
-        interceptors=[AuthInterceptor(keys)],
+        interceptors=[AuthInterceptor(keys), DecodeInterceptor()],
         options=server_options(settings),
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )

@@ -103,6 +103,9 @@ NO_CAPACITY_RETRY_S = 1.0
 """Retry hint when the lane is full (a slot frees as soon as any stream ends)."""
 TENANT_SLOT_RETRY_S = 1.0
 """Retry hint when the tenant holds all its streams (none is known to end sooner)."""
+RELEASE_RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+"""Waits before each retry of a tenant slot's release that failed (Redis unreachable or timed
+out): about a minute in all; a slot still held after that lapses at its stream's deadline."""
 
 ClientGone = Callable[[], bool]
 
@@ -434,6 +437,8 @@ class Conversation(Stream):
 
     ended = False
     _text: ConversationText | None = None
+    _unflushed = False
+    """Text was sent since the last flush: only then does a flush do (and cost) anything."""
 
     async def send(self, delta: str) -> None:
         if self._text is None:
@@ -441,8 +446,15 @@ class Conversation(Stream):
         text = self._text.accept(delta)
         if text:
             await self._lane.send_input(self.lane_id, InputPiece(InputKind.TEXT, text))
+            self._unflushed = True
 
     async def flush(self) -> None:
+        """Speak what was sent so far. A flush with no text since the last (or before any) has
+        nothing to flush and is dropped: flushes are then bounded by the text's own limit
+        (each would be an entry in Redis until the conversation ends)."""
+        if not self._unflushed:
+            return
+        self._unflushed = False
         await self._lane.send_input(self.lane_id, InputPiece(InputKind.FLUSH))
 
     async def end(self) -> None:
@@ -487,6 +499,9 @@ class StreamGateway:
         self.reader = OutputReader(lane, block_ms=block_ms)
         """Reads every open stream's output (one XREAD per round); stopped by :meth:`close`."""
         self._background: set[asyncio.Task[None]] = set()
+        self._release_retries: set[asyncio.Task[None]] = set()
+        """Tenant slots whose release failed, retried (:data:`RELEASE_RETRY_S`) apart from
+        :attr:`_background`: a front shutting down does not wait for them."""
 
     async def capabilities(self, engine: str | None = None) -> EngineCapabilities:
         return await self.engines.capabilities(engine)
@@ -609,9 +624,36 @@ class StreamGateway:
             await asyncio.shield(task)
 
     async def _end(self, tenant: str, lane_id: str, *, cancel: bool) -> None:
+        """The cancel mark, then the slot's release — which happens even when the mark could
+        not be written (Redis at its ``maxmemory`` refuses the mark but not the release),
+        and is retried in the background when it fails itself."""
+        cancel_error: Exception | None = None
         if cancel:
-            await self.lane.cancel(lane_id)
-        await self.lane.release_tenant_slot(tenant, lane_id)
+            try:
+                await self.lane.cancel(lane_id)
+            except Exception as error:
+                cancel_error = error
+        try:
+            await self.lane.release_tenant_slot(tenant, lane_id)
+        except Exception:
+            task = asyncio.create_task(self._release_later(tenant, lane_id))
+            self._release_retries.add(task)
+            task.add_done_callback(self._release_retries.discard)
+            raise
+        if cancel_error is not None:
+            raise cancel_error
+
+    async def _release_later(self, tenant: str, lane_id: str) -> None:
+        for wait_s in RELEASE_RETRY_S:
+            await asyncio.sleep(wait_s)
+            try:
+                await self.lane.release_tenant_slot(tenant, lane_id)
+            except Exception as error:
+                log.debug("stream %s: slot release failed again: %s", lane_id, error)
+                continue
+            log.info("stream %s: its tenant's slot released on a retry", lane_id)
+            return
+        log.warning("stream %s: slot not released; it lapses at the stream's deadline", lane_id)
 
     async def wait_background(self) -> None:
         """Let the cancel marks of the last streams reach Redis."""
@@ -619,8 +661,11 @@ class StreamGateway:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def close(self) -> None:
-        """The front stops: stop the output reader (the lane is its owner's to close)."""
+        """The front stops: stop the output reader (the lane is its owner's to close) and the
+        slot releases still being retried (those slots lapse at their deadlines)."""
         await self.reader.close()
+        for task in list(self._release_retries):
+            task.cancel()
 
     # ---- internals ---------------------------------------------------------------------------
 

@@ -62,6 +62,22 @@ def check_encodable(text: str, *, source: str = "text", field: str | None = None
     return text
 
 
+def check_strings_encodable(value: object, *, path: tuple[str, ...] = ()) -> None:
+    """Every string in decoded JSON (keys and values, at any depth) passes
+    :func:`check_encodable`: InvalidInputError names the top-level field (``field``) and the
+    dotted path and offset (``messages.0.content is not valid Unicode (... offset 4)``)."""
+    if isinstance(value, str):
+        check_encodable(value, source=".".join(path) or "body", field=path[0] if path else None)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            where = ".".join(path) or "body"
+            check_encodable(str(key), source=f"a key in {where}", field=path[0] if path else None)
+            check_strings_encodable(item, path=(*path, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_strings_encodable(item, path=(*path, str(index)))
+
+
 def check_text(text: str, *, max_chars: int, source: str = "text", field: str | None = None) -> str:
     """The same checks for text that arrived already decoded (JSON, command line)."""
     check_encodable(text, source=source, field=field)

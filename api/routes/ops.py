@@ -2,8 +2,10 @@
 
 ``/healthz`` touches nothing; ``/readyz`` asks Redis and storage with a short timeout each,
 so both answer within a second whatever Redis does, and name what is down without saying
-where it is or what it said (that goes to the log). ``/metrics`` needs the metrics token
-(``VOICELANE_METRICS_TOKEN``) when one is set; without one it is open in dev mode only.
+where it is or what it said (that goes to the log): ``redis`` (unreachable), ``store_full``
+(Redis answers but is at its ``maxmemory`` and refuses writes), ``storage``, ``llm``.
+``/metrics`` needs the metrics token (``VOICELANE_METRICS_TOKEN``) when one is set; without
+one it is open in dev mode only.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ router = APIRouter(include_in_schema=False)
 
 PROBE_TIMEOUT_S = 0.4
 """Each readiness probe (Redis, storage) gets this long."""
+EXPIRES_MAX_CHARS = 20
+"""A link's ``expires`` as it came (a string: only the spelling that was signed counts, which
+:meth:`~voicelane.core.storage.LocalStorage.verify_link` checks; an int here would take
+``+1``, ``01`` or ``1.0`` for ``1``)."""
+STORE_FULL = "store_full"
+"""The problem readiness names while Redis is reachable but at its ``maxmemory`` (it refuses
+writes; the fronts answer 503 ``store_full`` meanwhile)."""
 
 
 @router.get("/healthz")
@@ -37,7 +46,7 @@ async def healthz() -> JSONResponse:
 @router.get("/readyz")
 async def readyz(state: State) -> JSONResponse:
     probes = {
-        "redis": asyncio.wait_for(state.lane.ping(), PROBE_TIMEOUT_S),
+        "redis": asyncio.wait_for(state.lane.refuses_writes(), PROBE_TIMEOUT_S),
         "storage": asyncio.wait_for(blocking(state, state.storage.ping), PROBE_TIMEOUT_S),
     }
     results = await asyncio.gather(*probes.values(), return_exceptions=True)
@@ -47,6 +56,9 @@ async def readyz(state: State) -> JSONResponse:
             problems.append(name)
             detail = " ".join(str(result).split())[:200] or type(result).__name__
             log.warning("readiness: %s: %s", name, detail)
+        elif name == "redis" and result:
+            problems.append(STORE_FULL)  # at maxmemory: every write is refused
+            log.warning("readiness: Redis is at its maxmemory and refuses writes")
     if not state.llm_warmup.ready:
         problems.append("llm")  # the LLM's warm-up (VOICELANE_LLM__PRELOAD) has not finished
     if problems:
@@ -74,11 +86,11 @@ def _check_metrics_token(state: ApiState, authorization: str | None) -> None:
         raise AuthError("/metrics needs Authorization: Bearer <metrics token>")
 
 
-@router.get("/v1/files/{key:path}")
+@router.api_route("/v1/files/{key:path}", methods=["GET", "HEAD"])
 async def local_file(
     key: str,
     state: State,
-    expires: Annotated[int, Query()],
+    expires: Annotated[str, Query(max_length=EXPIRES_MAX_CHARS)],
     sig: Annotated[str, Query(max_length=128)],
     filename: Annotated[str | None, Query(max_length=255)] = None,
 ) -> Response:

@@ -52,10 +52,10 @@ from typing import TypeVar
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatText, chat
-from voicelane.api.deps import State, Tenant
+from voicelane.api.deps import State, Tenant, json_body
 from voicelane.api.failures import websocket_reply
 from voicelane.api.llm import ChatTurn
 from voicelane.api.streams import Stream, StreamAsk, StreamChunk
@@ -68,6 +68,7 @@ from voicelane.common.errors import (
     NoCapacityError,
     TextTooLargeError,
 )
+from voicelane.core.text_input import check_strings_encodable
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,14 @@ async def openai_body(request: Request, model: type[Body]) -> Body:
     raw = await request.body()  # bounded while it streams in (voicelane.api.body_limit)
     if len(raw) > MAX_SPEECH_BODY_BYTES:
         raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
-    return model.model_validate_json(raw)
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as error:
+        if any(e.get("type") == "json_invalid" for e in error.errors()):
+            # Not JSON to pydantic's parser, which refuses a lone surrogate (``"\ud800"``)
+            # there: if the standard parser takes it, say which field and where, as REST does.
+            check_strings_encodable(json_body(raw))
+        raise
 
 
 # ---- WebSocket -----------------------------------------------------------------------------

@@ -218,6 +218,18 @@ class RealtimeClient:
     async def ping(self) -> None:
         await self.redis.ping()
 
+    async def refuses_writes(self) -> bool:
+        """Whether Redis is at its ``maxmemory`` and refuses every write (``noeviction``):
+        Redis's own test — used memory, less what it does not count against the limit (AOF
+        and replica buffers), over ``maxmemory``. One ``INFO memory``: no key, no write, so
+        readiness can ask it every few seconds for nothing (well under a millisecond)."""
+        memory = await self.redis.info("memory")
+        limit_bytes = int(memory.get("maxmemory", 0))
+        counted_bytes = int(memory.get("used_memory", 0)) - int(
+            memory.get("mem_not_counted_for_evict", 0)
+        )
+        return limit_bytes > 0 and counted_bytes > limit_bytes
+
     async def _backlog(self, engine: str, *, limit: int) -> int:
         """Requests queued but not yet delivered to a worker, counted up to ``limit``."""
         requests = requests_key(engine)

@@ -405,6 +405,13 @@ class LocalStorage(Storage):
 def _parse_expires(expires: int | str) -> int:
     if isinstance(expires, int):
         return expires
-    if not expires.isascii() or not expires.isdigit() or len(expires) > 12:
+    # Only the spelling :meth:`LocalStorage.link` signs: ASCII digits, no sign, no leading
+    # zero (``int()`` alone would also take ``+1``, `` 1``, ``1_0``).
+    if (
+        not expires.isascii()
+        or not expires.isdigit()
+        or len(expires) > 12
+        or (len(expires) > 1 and expires.startswith("0"))
+    ):
         raise LinkInvalidError("download link is malformed")
     return int(expires)

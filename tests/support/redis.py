@@ -26,3 +26,19 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     client.flushall()
     client.close()
     yield redis_server.url
+
+
+def fill_to_maxmemory(client: redis.Redis, prefix: str = "test:filler:") -> None:
+    """Write until Redis (at its ``maxmemory``, ``noeviction``) refuses even a small write:
+    big values first, then small ones (a refused big write's query buffer counted too, so
+    memory dips below the limit once it is freed)."""
+    index = 0
+    for size_bytes in (64 * 1024, 1024, 16):
+        for _ in range(100_000):
+            index += 1
+            try:
+                client.set(f"{prefix}{index}", b"x" * size_bytes)
+            except redis.exceptions.OutOfMemoryError:
+                break
+        else:
+            raise AssertionError("Redis never filled up")

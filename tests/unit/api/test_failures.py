@@ -98,6 +98,18 @@ CASES: list[tuple[str, BaseException, Expected]] = [
         Expected(("store_full", "RESOURCE_EXHAUSTED", 503, 1013), None, FULL_RETRY_S),
     ),
     (
+        "Redis at maxmemory, wrapped by a Lua script (redis.pcall, then error_reply)",
+        redis.ResponseError("wrapped: OOM command not allowed when used memory > 'maxmemory'."),
+        Expected(("store_full", "RESOURCE_EXHAUSTED", 503, 1013), None, FULL_RETRY_S),
+    ),
+    (
+        "Redis at maxmemory, a plain ResponseError with redis-py 8's text",
+        redis.ResponseError(
+            "command not allowed when used memory > 'maxmemory'. script: 7cd7, on @user_script:1."
+        ),
+        Expected(("store_full", "RESOURCE_EXHAUSTED", 503, 1013), None, FULL_RETRY_S),
+    ),
+    (
         "request not the model's shape",
         validation_error({"text": "Hi.", "speed": "fast"}),
         Expected(("invalid_input", "INVALID_ARGUMENT", 422, 1008), "speed"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from voicelane.common.errors import InvalidInputError, TextTooLargeError
-from voicelane.core.text_input import check_text, decode_text
+from voicelane.core.text_input import check_strings_encodable, check_text, decode_text
 
 LIMIT = 1000
 
@@ -48,3 +48,14 @@ def test_over_the_limit_is_text_too_large() -> None:
     with pytest.raises(TextTooLargeError, match="1,001 characters; the limit is 1,000"):
         check_text("x" * 1001, max_chars=LIMIT)
     assert TextTooLargeError.http_status == 413
+
+
+def test_every_string_of_decoded_json_is_checked_for_lone_surrogates() -> None:
+    check_strings_encodable({"input": "fine", "messages": [{"content": "also fine"}], "n": 1})
+    with pytest.raises(InvalidInputError) as nested:
+        check_strings_encodable({"messages": [{"role": "user", "content": "Say \udc00 hi."}]})
+    assert nested.value.field == "messages"
+    assert "messages.0.content" in str(nested.value) and "offset 4" in str(nested.value)
+    with pytest.raises(InvalidInputError) as key:
+        check_strings_encodable({"\ud800": 1})
+    assert key.value.field is None and "a key in body" in str(key.value)
