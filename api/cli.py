@@ -618,9 +618,11 @@ def build_parser() -> argparse.ArgumentParser:
     voices.set_defaults(handler=_cmd_voices)
 
     worker = commands.add_parser(
-        "worker", help="run a lane worker (GPU: render; CPU: control,assemble)"
+        "worker", help="run a lane worker (GPU: render; CPU: control,assemble; callbacks)"
     )
-    worker.add_argument("--queues", help="comma-separated: render (default) or control,assemble")
+    worker.add_argument(
+        "--queues", help="comma-separated: render (default), control,assemble, or callbacks"
+    )
     worker.add_argument("--engine", help="engine for a render worker (default espeak)")
     worker.add_argument("--device", help="cpu or cuda:N")
     worker.add_argument("--concurrency", type=int, help="Celery threads (chunks in flight)")

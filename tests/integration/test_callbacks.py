@@ -197,7 +197,7 @@ def lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "cpu",
             "worker",
             "--queues",
-            "control,assemble",
+            "control,assemble,callbacks",
             "--hostname",
             "cpu@test",
             extra_env={"VOICELANE_CALLBACK_ALLOW": ""},
@@ -233,12 +233,13 @@ def test_the_worker_refuses_at_connect_time_what_the_api_let_through(
 
 
 def test_a_signed_callback_reaches_a_receiver_the_worker_allows(lane: Stack, sink: Sink) -> None:
-    """The same stack, a second CPU worker that allows loopback takes the control queue."""
+    """The same stack, a second CPU worker that allows loopback takes the control and
+    callbacks queues."""
     allowing = lane.spawn(
         "cpu-allowing",
         "worker",
         "--queues",
-        "control,assemble",
+        "control,assemble,callbacks",
         "--hostname",
         "cpu-allowing@test",
     )
@@ -272,9 +273,11 @@ def test_a_trickling_receiver_is_cut_at_the_callback_deadline() -> None:
 
     trickler = Trickler(every_s=0.1)
     try:
-        with callback_client(AllowList.parse("127.0.0.1"), 1.0) as client:
-            with pytest.raises(httpx.TimeoutException) as raised:
-                post_callback(client, trickler.url(), b"{}", secret="s", job_id="j")
+        with (
+            callback_client(AllowList.parse("127.0.0.1"), 1.0) as client,
+            pytest.raises(httpx.TimeoutException) as raised,
+        ):
+            post_callback(client, trickler.url(), b"{}", secret="s", job_id="j")
         assert "deadline" in str(raised.value)
         assert trickler.completed == 0  # the answer never got through
     finally:

@@ -4,6 +4,7 @@ deadline on the whole callback cuts it."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -50,10 +51,8 @@ class Trickler:
     def _trickle(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(1.0)
-            try:
+            with contextlib.suppress(TimeoutError):
                 conn.recv(65536)  # the request (headers and the small JSON body)
-            except TimeoutError:
-                pass
             payload = RESPONSE
             if self.forever:
                 payload = b"HTTP/1.1 204 No Content\r\nX-Trickle: " + b"a" * 10_000_000
