@@ -380,11 +380,20 @@ def _cmd_api(args: argparse.Namespace, _cli: CliSettings) -> int:
     import uvicorn
 
     from voicelane.api.rest import create_app
+    from voicelane.api.ws_protocol import guarded_protocol
     from voicelane.core.settings import ApiSettings
 
     settings = ApiSettings(**_given(args, host="host", port="port"))
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=False,
+        ws=guarded_protocol(settings.websocket_preauth_max_bytes),
+        ws_max_size=settings.websocket_max_message_bytes,
+    )
     return 0
 
 

@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.support.stack import Stack
+from tests.support.stack import ACME_KEY, Stack
 from voicelane.core.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -75,3 +75,17 @@ def test_keyless_deflated_16_mib_messages_leave_the_api_flat(stack: Stack) -> No
     assert api.alive()
     assert len(closes) == SOCKETS and all(code == 1009 for code in closes), closes
     assert grown_mib < 32, grown_mib  # one such message inflated is 16 MiB, parsed far more
+
+
+def test_a_socket_with_a_header_key_may_send_more_than_the_preauth_cap(stack: Stack) -> None:
+    """The cap is for keyless sockets only: with the key in the header, a 100 KiB request is
+    read and answered by the route (its text is over the 20,000 characters allowed)."""
+    url = stack.api_url.replace("http://", "ws://") + "/v1/stream"
+    headers = {"Authorization": f"Bearer {ACME_KEY}"}
+    with connect(url, additional_headers=headers, compression="deflate") as socket:
+        socket.send(json.dumps({"text": "a" * 100 * 1024}))
+        event = json.loads(socket.recv(timeout=30))
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=30)
+    assert event["error_code"] == "text_too_large", event
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
