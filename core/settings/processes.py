@@ -177,7 +177,8 @@ class ServiceSettings(RedisSettings):
 
 class WorkerSettings(ServiceSettings, EngineSettings):
     """``voicelane worker``: one engine + one batcher + a Celery consumer (GPU side), or the
-    CPU side (``--queues control,assemble``) without an engine."""
+    CPU side (``--queues control,assemble``; ``callbacks``: the callback worker) without an
+    engine."""
 
     concurrency: int | None = Field(None, ge=1)
     """Celery threads: chunks rendered at once, all feeding the one batcher. None: 16 for an
