@@ -380,11 +380,20 @@ def _cmd_api(args: argparse.Namespace, _cli: CliSettings) -> int:
     import uvicorn
 
     from voicelane.api.rest import create_app
+    from voicelane.api.ws_protocol import guarded_protocol
     from voicelane.core.settings import ApiSettings
 
     settings = ApiSettings(**_given(args, host="host", port="port"))
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=False,
+        ws=guarded_protocol(settings.websocket_preauth_max_bytes),
+        ws_max_size=settings.websocket_max_message_bytes,
+    )
     return 0
 
 
@@ -618,9 +627,11 @@ def build_parser() -> argparse.ArgumentParser:
     voices.set_defaults(handler=_cmd_voices)
 
     worker = commands.add_parser(
-        "worker", help="run a lane worker (GPU: render; CPU: control,assemble)"
+        "worker", help="run a lane worker (GPU: render; CPU: control,assemble; callbacks)"
     )
-    worker.add_argument("--queues", help="comma-separated: render (default) or control,assemble")
+    worker.add_argument(
+        "--queues", help="comma-separated: render (default), control,assemble, or callbacks"
+    )
     worker.add_argument("--engine", help="engine for a render worker (default espeak)")
     worker.add_argument("--device", help="cpu or cuda:N")
     worker.add_argument("--concurrency", type=int, help="Celery threads (chunks in flight)")

@@ -4,11 +4,11 @@ Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), the render
 each engine served (``--engines`` / ``VOICELANE_ENGINES``; engine + batcher + its render queue +
 real-time consumer each: one per CPU core for a CPU engine such as espeak — the cores divided
 between the CPU engines served — one for a GPU engine; ``VOICELANE_RENDER_WORKERS``
-overrides), a CPU worker (``control,assemble`` +
-reconciler), the REST API, the gRPC front and Flower, each as a child process, prints where
-each listens once all answer, and stops them all (children in reverse order, then the Redis
-it started) on Ctrl-C or SIGTERM. State (Redis AOF, local storage) lives in ``--state-dir``
-(default ``.voicelane/``).
+overrides), a CPU worker (``control,assemble`` + reconciler), a callback worker
+(``callbacks``: job callbacks, apart from planning), the REST API, the gRPC front and Flower,
+each as a child process, prints where each listens once all answer, and stops them all
+(children in reverse order, then the Redis it started) on Ctrl-C or SIGTERM. State (Redis
+AOF, local storage) lives in ``--state-dir`` (default ``.voicelane/``).
 
 Until then it supervises: a child that exits is restarted with the same command and
 environment after a backoff (1 s, doubling to at most 30 s; back to 1 s once it stayed up
@@ -469,6 +469,7 @@ def run_stack(
                 "queues control, assemble",
                 first,
             ),
+            ("callback-worker", ["worker", "--queues", "callbacks"], "queue callbacks", first),
             ("api", ["api"], f"http://{stack.host}:{stack.port} (OpenAPI: /docs)", first),
             ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)", first),
             ("flower", ["flower"], f"http://{stack.flower_host}:{stack.flower_port}", first),

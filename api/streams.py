@@ -10,7 +10,10 @@ workers'
 2. *admit* — the tenant's request rate (:mod:`voicelane.core.quotas`) and concurrent streams
    (``tenant_max_streams``), then :class:`Admission`: free real-time slots of live workers
    minus the queue; past any of them the stream is refused at once (``RESOURCE_EXHAUSTED``,
-   429 on HTTP) with a retry hint;
+   429 on HTTP) with a retry hint. A resume is admitted the same way, less the workers'
+   capacity (its request is queued or served already): a token of the tenant's rate and a
+   slot of its open streams while it relays (issue 26: 300 concurrent resumes of one stream
+   were all served);
 3. *submit* — the stream id, in its tenant's namespace, is reserved for the tenant (checked
    again on resume), and the request queued on the lane
    (:class:`voicelane.core.lane.front.RealtimeClient`) with an absolute deadline (the client's,
@@ -37,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -102,6 +106,9 @@ liveness timeouts are shorter than four of it)."""
 NO_CAPACITY_RETRY_S = 1.0
 """Retry hint when the lane is full (a slot frees as soon as any stream ends)."""
 TENANT_SLOT_RETRY_S = 1.0
+RESUME_SLOT_MARK = "~resume-"
+"""A resume's slot among its tenant's open streams: ``{lane id}~resume-{random}``, one per
+resume, apart from the stream's own (``~`` is not in a request id)."""
 """Retry hint when the tenant holds all its streams (none is known to end sooner)."""
 RELEASE_RETRY_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 """Waits before each retry of a tenant slot's release that failed (Redis unreachable or timed
@@ -296,6 +303,7 @@ class Stream:
         client_gone: ClientGone = lambda: False,
         front: str | None = None,
         engine: str = "",
+        slot_id: str | None = None,
     ) -> None:
         rt = gateway.settings.realtime
         self._front = front
@@ -310,6 +318,8 @@ class Stream:
         """The id the client knows."""
         self.lane_id = lane_request_id(tenant, request_id)
         """The id in the lane (the client's, in its tenant's namespace)."""
+        self.slot_id = slot_id or self.lane_id
+        """Its slot among the tenant's open streams (a resume has one of its own)."""
         self._deadline_ms = deadline_ms
         self._sample_rate_hz = sample_rate_hz
         self._client_ts_ms = client_ts_ms
@@ -386,7 +396,9 @@ class Stream:
         if self.closed or self._gateway.draining:
             return
         self.closed = True
-        await self._gateway.end(self.tenant, self.lane_id, cancel=not self.finished)
+        await self._gateway.end(
+            self.tenant, self.lane_id, cancel=not self.finished, slot_id=self.slot_id
+        )
 
     def _first_audio(self, front: str) -> None:
         latency_ms = (time.monotonic() - self._opened_s) * 1000
@@ -591,16 +603,21 @@ class StreamGateway:
         time_remaining_s: float | None = None,
         client_gone: ClientGone = lambda: False,
     ) -> Stream:
-        """The rest of the tenant's stream after ``after_seq``."""
+        """The rest of the tenant's stream after ``after_seq``: one request of the tenant's
+        rate, and one of its open streams while it relays (a slot of its own, given back when
+        it closes: each reader of a stream counts, the first one as much as a resume)."""
         request_id = check_request_id(request_id)
         client_ts_ms = check_client_ts_ms(client_ts_ms)
         deadline_ms = self.deadline_ms(time_remaining_s)
         lane_id = lane_request_id(tenant, request_id)
+        await self.rate.take(tenant)
         resumable, has_output = await self.lane.resumable(lane_id, tenant)
         if not resumable:
             raise StreamNotFoundError(
                 f"no stream {request_id} to resume (unknown, expired or another tenant's)"
             )
+        slot_id = f"{lane_id}{RESUME_SLOT_MARK}{secrets.token_hex(6)}"
+        await self._hold_tenant_slot(tenant, slot_id, deadline_ms)
         log.info("stream %s resumed after seq %d: tenant=%s", request_id, after_seq, tenant)
         return Stream(
             self,
@@ -612,17 +629,22 @@ class StreamGateway:
             picked_up=has_output,
             after_seq=after_seq,
             client_gone=client_gone,
+            slot_id=slot_id,
         )
 
-    async def end(self, tenant: str, lane_id: str, *, cancel: bool) -> None:
+    async def end(
+        self, tenant: str, lane_id: str, *, cancel: bool, slot_id: str | None = None
+    ) -> None:
         """A stream is over for its front: set its cancel mark (if it did not finish) and give
-        its tenant's slot back; survives the caller's own cancellation."""
-        task = asyncio.create_task(self._end(tenant, lane_id, cancel=cancel))
+        its tenant's slot back (``slot_id``: a resume's own, else the stream's); survives the
+        caller's own cancellation."""
+        task = asyncio.create_task(self._end(tenant, lane_id, cancel=cancel, slot_id=slot_id))
         self._background.add(task)
         task.add_done_callback(self._end_done(lane_id, cancelled=cancel))
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.shield(task)
 
+<<<<<<< HEAD
     async def _end(self, tenant: str, lane_id: str, *, cancel: bool) -> None:
         """The cancel mark, then the slot's release — which happens even when the mark could
         not be written (Redis at its ``maxmemory`` refuses the mark but not the release),
@@ -654,6 +676,24 @@ class StreamGateway:
             log.info("stream %s: its tenant's slot released on a retry", lane_id)
             return
         log.warning("stream %s: slot not released; it lapses at the stream's deadline", lane_id)
+=======
+    async def _end(
+        self, tenant: str, lane_id: str, *, cancel: bool, slot_id: str | None = None
+    ) -> None:
+        if cancel:
+            await self.lane.cancel(lane_id)
+        await self.lane.release_tenant_slot(tenant, slot_id or lane_id)
+
+    async def _hold_tenant_slot(self, tenant: str, slot_id: str, until_ms: int) -> None:
+        """One of the tenant's open streams for ``slot_id`` until ``until_ms``, or
+        QuotaExceededError."""
+        limit = self.settings.tenant_max_streams
+        if not await self.lane.hold_tenant_slot(tenant, slot_id, until_ms=until_ms, limit=limit):
+            raise QuotaExceededError(
+                f"tenant {tenant!r} already has {limit} open streams; close one first",
+                retry_after_s=TENANT_SLOT_RETRY_S,
+            )
+>>>>>>> hard-b
 
     async def wait_background(self) -> None:
         """Let the cancel marks of the last streams reach Redis."""
@@ -761,14 +801,7 @@ class StreamGateway:
         remaining_s = max(0.0, (request.deadline_ms - now_ms()) / 1000)
         ttl_s = math.ceil(remaining_s + self.settings.realtime.output_ttl_s) + TENANT_TTL_MARGIN_S
         async with admission.slot():
-            limit = self.settings.tenant_max_streams
-            if not await self.lane.hold_tenant_slot(
-                tenant, lane_id, until_ms=request.deadline_ms, limit=limit
-            ):
-                raise QuotaExceededError(
-                    f"tenant {tenant!r} already has {limit} open streams; close one first",
-                    retry_after_s=TENANT_SLOT_RETRY_S,
-                )
+            await self._hold_tenant_slot(tenant, lane_id, request.deadline_ms)
             try:
                 if not await self.lane.reserve(lane_id, tenant, ttl_s):
                     raise exists

@@ -2,10 +2,11 @@
 
 Like :mod:`voicelane.core.lane` for live streams, this module is what both sides agree on:
 
-* the Celery queues (``control``: planning, callbacks, cleanup; ``render.{engine}``: the
-  workers of one engine — a worker started with ``--queues render`` takes its engine's;
-  ``assemble``: CPU workers) and the task names, routed one queue per task (a chunk to its
-  job's engine's render queue);
+* the Celery queues (``control``: planning, cleanup; ``render.{engine}``: the workers of one
+  engine — a worker started with ``--queues render`` takes its engine's; ``assemble``: CPU
+  workers; ``callbacks``: job callbacks, in a process of their own, so a tenant's slow
+  receiver never holds a thread that plans jobs) and the task names, routed one queue per
+  task (a chunk to its job's engine's render queue);
 * :func:`configure_celery`, the one Celery configuration (reliability settings explained
   in ``docs/batch-lane.md`` and the team's notes), used by the workers' app and by the
   fronts' producer alike;
@@ -40,8 +41,13 @@ RENDER_QUEUE = "render"
 """What a worker's ``--queues`` names for "the render queue of my engine"
 (:func:`~voicelane.core.engines.render_queue`: ``render.espeak``, ``render.piper``...)."""
 ASSEMBLE_QUEUE = "assemble"
+CALLBACKS_QUEUE = "callbacks"
+"""Job callbacks only: a receiver is the tenant's and may be slow or hostile, so callbacks are
+consumed by their own worker process (``voicelane worker --queues callbacks``), whose threads
+are not the ones that plan, assemble and clean up (issue 26: trickling receivers held every
+thread of ``control``)."""
 RENDER_QUEUES = tuple(render_queue(engine) for engine in ENGINE_NAMES)
-QUEUES = (CONTROL_QUEUE, *RENDER_QUEUES, ASSEMBLE_QUEUE)
+QUEUES = (CONTROL_QUEUE, *RENDER_QUEUES, ASSEMBLE_QUEUE, CALLBACKS_QUEUE)
 
 PLAN_TASK = "voicelane.plan"
 RENDER_CHUNK_TASK = "voicelane.render_chunk"
@@ -51,7 +57,7 @@ CLEANUP_TASK = "voicelane.cleanup"
 
 TASK_QUEUES = {
     PLAN_TASK: CONTROL_QUEUE,
-    NOTIFY_TASK: CONTROL_QUEUE,
+    NOTIFY_TASK: CALLBACKS_QUEUE,
     CLEANUP_TASK: CONTROL_QUEUE,
     RENDER_CHUNK_TASK: render_queue(ENGINE_NAMES[0]),
     ASSEMBLE_TASK: ASSEMBLE_QUEUE,

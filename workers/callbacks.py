@@ -11,17 +11,25 @@ could resolve differently a second time (DNS rebinding). Numeric spellings (``0x
 still verifies the original host name (httpcore passes it as SNI).
 
 The client takes nothing from the environment (no proxies, no netrc), follows no redirects,
-and never sends URL credentials (such URLs are refused). A refusal raises
-:class:`~voicelane.common.errors.InvalidInputError` (permanent: the caller must not retry); anything
-else that fails is an ``httpx`` error (transient).
+and never sends URL credentials (such URLs are refused). ``callback_timeout_s`` is a deadline
+for the whole callback — connect, TLS, send, read — not a timeout per read (issue 26: a
+receiver answering one byte every 2 s held a thread indefinitely): every network step gets at
+most what is left of it, and a watchdog shuts the connection's socket when it runs out (a step
+already blocked: a trickled TLS handshake). Name resolution is the one step it cannot cut.
+
+A refusal raises :class:`~voicelane.common.errors.InvalidInputError` (permanent: the caller
+must not retry); anything else that fails is an ``httpx`` error (transient).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import socket
+import threading
 import time
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import httpcore
 import httpx
@@ -51,6 +59,113 @@ def system_resolver(host: str, port: int) -> list[IPAddress]:
     if literal is not None:
         return [literal]
     return addresses(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+
+
+class Budget:
+    """One callback's total time (:func:`post_callback`): each network step is given at most
+    what is left of it, and at the deadline a watchdog shuts down the sockets it watches."""
+
+    def __init__(self, total_s: float) -> None:
+        self.total_s = total_s
+        self.deadline = time.monotonic() + total_s
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(total_s, self._expire)
+        self._timer.daemon = True
+
+    @property
+    def message(self) -> str:
+        return f"the callback deadline of {self.total_s:g} s passed"
+
+    def left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def bound(self, timeout: float | None, late: type[Exception]) -> float:
+        """``timeout`` cut to what is left; raises ``late`` (an httpcore timeout) when
+        nothing is."""
+        left = self.left_s()
+        if left <= 0 or self.expired:
+            raise late(self.message)
+        return left if timeout is None else min(timeout, left)
+
+    def watch(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            if self.expired:
+                _shut(sock)
+            elif sock not in self._sockets:
+                self._sockets.append(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+    def __enter__(self) -> Budget:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar(
+    "voicelane_callback_budget", default=None
+)
+
+
+@contextlib.contextmanager
+def budget(total_s: float) -> Iterator[Budget]:
+    """Run the network steps inside under one :class:`Budget` of ``total_s``."""
+    with Budget(total_s) as current:
+        token = _BUDGET.set(current)
+        try:
+            yield current
+        finally:
+            _BUDGET.reset(token)
+
+
+class DeadlineStream(httpcore.NetworkStream):
+    """A connection whose reads and writes wait no longer than the current budget allows."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self.inner = inner
+
+    def _bound(self, timeout: float | None, late: type[Exception]) -> float | None:
+        current = _BUDGET.get()
+        if current is None:
+            return timeout
+        current.watch(self.inner.get_extra_info("socket"))
+        return current.bound(timeout, late)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, self._bound(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, self._bound(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: typing.Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        bounded = self._bound(timeout, httpcore.ConnectTimeout)
+        return DeadlineStream(self.inner.start_tls(ssl_context, server_hostname, bounded))
+
+    def get_extra_info(self, info: str) -> typing.Any:
+        return self.inner.get_extra_info(info)
 
 
 class GuardedBackend(httpcore.SyncBackend):
@@ -84,8 +199,12 @@ class GuardedBackend(httpcore.SyncBackend):
         failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
         options = list(socket_options or ())
         for ip in self.vetted(host, port):
+            current = _BUDGET.get()
+            if current is not None:
+                timeout = current.bound(timeout, httpcore.ConnectTimeout)
             try:
-                return super().connect_tcp(str(ip), port, timeout, local_address, options)
+                stream = super().connect_tcp(str(ip), port, timeout, local_address, options)
+                return DeadlineStream(stream)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failure = error
         assert failure is not None
@@ -130,9 +249,12 @@ def post_callback(
     secret: str,
     job_id: str,
     now: float | None = None,
+    deadline_s: float | None = None,
 ) -> httpx.Response:
-    """POST ``body`` (JSON) to ``url``, signed with ``secret``. Raises InvalidInputError when
-    the URL or its destination is refused (permanent), ``httpx.HTTPError`` when it failed."""
+    """POST ``body`` (JSON) to ``url``, signed with ``secret``, within ``deadline_s`` in all
+    (default: the client's timeout, ``callback_timeout_s``). Raises InvalidInputError when
+    the URL or its destination is refused (permanent), ``httpx.HTTPError`` when it failed
+    (``httpx.TimeoutException`` when the deadline passed)."""
     check_callback_url(url)
     timestamp = int(time.time() if now is None else now)
     headers = {
@@ -141,7 +263,13 @@ def post_callback(
         SIGNATURE_HEADER: sign(secret, body, timestamp),
         JOB_ID_HEADER: job_id,
     }
-    try:
-        return client.post(url, content=body, headers=headers)
-    except httpx.InvalidURL as error:  # httpx reads some hosts stricter (``0177.0.0.1``)
-        raise invalid_url(error) from None
+    total_s = deadline_s if deadline_s is not None else client.timeout.read
+    with budget(total_s if total_s is not None else 30.0) as current:
+        try:
+            return client.post(url, content=body, headers=headers)
+        except httpx.InvalidURL as error:  # httpx reads some hosts stricter (``0177.0.0.1``)
+            raise invalid_url(error) from None
+        except httpx.TransportError as error:
+            if current.expired or current.left_s() <= 0:  # cut by the watchdog: say why
+                raise httpx.TimeoutException(current.message, request=error.request) from None
+            raise

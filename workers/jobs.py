@@ -654,6 +654,7 @@ def notify_job(ctx: JobContext, job_id: str, *, client: httpx.Client | None = No
             body,
             secret=tenant_secret(master, job.tenant),
             job_id=job.id,
+            deadline_s=settings.callback_timeout_s,
         )
     except InvalidInputError as refused:
         metrics.CALLBACK_FAILURES.inc()

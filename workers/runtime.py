@@ -4,7 +4,9 @@ A GPU worker (queue ``render``) holds one engine and one batcher, shared by ever
 thread rendering chunks (and, with the real-time lane, by the real-time consumer): many
 chunks in flight, one model, batched. It publishes the engine's capabilities (voices, speed
 range) for the fronts' request rules. A CPU worker (``--queues control,assemble``) holds no
-engine; it plans jobs, assembles and uploads files, calls callbacks and runs the reconciler.
+engine; it plans jobs, assembles and uploads files and runs the reconciler. A callback worker
+(``--queues callbacks``) holds no engine either and only calls job callbacks: a slow receiver
+holds its threads, never the CPU worker's.
 
 :class:`WorkerProcess` is the process's lifecycle (what starts and stops with it); the
 :class:`~voicelane.workers.jobs.JobContext` it installs (:mod:`voicelane.workers.context`) is what
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from celery.signals import worker_ready
 
 from voicelane.core import metrics
-from voicelane.core.batch_lane import ASSEMBLE_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
+from voicelane.core.batch_lane import ASSEMBLE_QUEUE, CALLBACKS_QUEUE, CONTROL_QUEUE, RENDER_QUEUE
 from voicelane.core.engines import render_queue
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.ledger import Ledger
@@ -101,7 +103,7 @@ def worker_queues(settings: WorkerSettings) -> list[str]:
         name = render_queue(settings.engine) if given.strip() == RENDER_QUEUE else given.strip()
         if name and name not in queues:
             queues.append(name)
-    allowed = {CONTROL_QUEUE, render_queue(settings.engine), ASSEMBLE_QUEUE}
+    allowed = {CONTROL_QUEUE, render_queue(settings.engine), ASSEMBLE_QUEUE, CALLBACKS_QUEUE}
     unknown = set(queues) - allowed
     if unknown:
         raise ValueError(
@@ -114,7 +116,7 @@ def worker_queues(settings: WorkerSettings) -> list[str]:
 def default_concurrency(jobs: JobContext) -> int:
     """Chunk threads when not configured: enough to fill the batcher's batches."""
     if jobs.batcher is None:
-        return 16  # CPU side: assembly, planning, callbacks
+        return 16  # CPU side: assembly, planning (or callbacks)
     return 4 if jobs.batcher.max_batch == 1 else 16
 
 

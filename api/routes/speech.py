@@ -166,6 +166,8 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
             raise DeadlineExceededError(
                 f"no request within {settings.websocket_auth_timeout_s:g} s of connecting"
             ) from None
+        if tenant is None:
+            _check_preauth_size(first, settings.websocket_preauth_max_bytes)
         body = WebSocketRequest.model_validate_json(first)
         if tenant is None:
             tenant = (
@@ -202,6 +204,8 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
         await socket.close(1000)
     except WebSocketDisconnect:
         log.info("websocket client left stream %s", stream.request_id if stream else "-")
+    except PreAuthTooLargeError as error:
+        await _ws_fail(socket, error, close_code=MESSAGE_TOO_BIG)
     except Exception as error:
         await _ws_fail(socket, error, stream.request_id if stream else "-")
     finally:
@@ -257,13 +261,36 @@ async def _send_chunk(socket: WebSocket, chunk: StreamChunk) -> None:
         await socket.send_bytes(packet)
 
 
-async def _ws_fail(socket: WebSocket, error: Exception, request_id: str = "-") -> None:
-    """The error message and the close (:func:`voicelane.api.failures.websocket_reply`); a
-    socket that is already gone gets neither."""
+async def _ws_fail(
+    socket: WebSocket, error: Exception, request_id: str = "-", close_code: int | None = None
+) -> None:
+    """The error message and the close (:func:`voicelane.api.failures.websocket_reply`;
+    ``close_code``: another than its own); a socket that is already gone gets neither."""
     reply = websocket_reply(error, where=f"websocket stream {request_id}")
     with contextlib.suppress(Exception):
         await socket.send_json(reply.message)
-        await socket.close(reply.close_code)
+        await socket.close(close_code or reply.close_code)
+
+
+MESSAGE_TOO_BIG = 1009
+"""The WebSocket close code of a message over the size allowed (RFC 6455)."""
+
+
+class PreAuthTooLargeError(TextTooLargeError):
+    """The request of a socket without an ``Authorization`` header is over
+    ``websocket_preauth_max_bytes``."""
+
+
+def _check_preauth_size(request: str, max_bytes: int) -> None:
+    """Refuse, unparsed, a request read before its key was checked that is over
+    ``max_bytes`` (UTF-8). The API's WebSocket protocol cuts such a message while it arrives
+    (:mod:`voicelane.api.ws_protocol`); this is the same bound for other servers."""
+    if len(request) > max_bytes or len(request.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise PreAuthTooLargeError(
+            f"a request without an Authorization header may be at most {max_bytes} bytes "
+            "(its key is checked after it is read): send the key in the header",
+            field="api_key",
+        )
 
 
 # ---- OpenAI --------------------------------------------------------------------------------

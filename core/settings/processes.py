@@ -177,7 +177,8 @@ class ServiceSettings(RedisSettings):
 
 class WorkerSettings(ServiceSettings, EngineSettings):
     """``voicelane worker``: one engine + one batcher + a Celery consumer (GPU side), or the
-    CPU side (``--queues control,assemble``) without an engine."""
+    CPU side (``--queues control,assemble``; ``callbacks``: the callback worker) without an
+    engine."""
 
     concurrency: int | None = Field(None, ge=1)
     """Celery threads: chunks rendered at once, all feeding the one batcher. None: 16 for an
@@ -214,6 +215,12 @@ class ApiSettings(FrontSettings):
     """Open WebSockets per client address (this API process); more are closed at once."""
     websocket_max_connections: int = Field(2000, ge=1)
     """Open WebSockets in this API process, all clients together."""
+    websocket_preauth_max_bytes: int = Field(64 * 1024, ge=1024)
+    """Largest message (inflated, if the client deflates) of a WebSocket without an
+    ``Authorization`` header: its request carries its key and is read before the key is
+    checked. Bigger ones are cut while they arrive, close 1009 (docs/security.md)."""
+    websocket_max_message_bytes: int = Field(1024 * 1024, ge=1024)
+    """Largest message (inflated) of a WebSocket with its key in the headers."""
     metrics_token: str | None = None
     """Bearer token for ``/metrics``; unset: ``/metrics`` is open in dev mode only."""
     tenant_max_voices: int = Field(32, ge=1)

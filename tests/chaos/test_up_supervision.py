@@ -32,7 +32,7 @@ from voicelane.core.redis_server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KINDS = ("gpu-worker", "cpu-worker", "api", "grpc", "flower", "redis")
+KINDS = ("gpu-worker", "cpu-worker", "callback-worker", "api", "grpc", "flower", "redis")
 AUTH = {"Authorization": f"Bearer {ACME_KEY}"}
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
 FINAL = ("done", "failed", "cancelled")
@@ -249,8 +249,9 @@ def test_every_process_of_up_comes_back_after_a_sigkill_and_sigterm_stops_them_a
     works_end_to_end(up)
     targets = json.loads(read(up.state_dir / "prometheus-targets.json"))
     listed = {t["labels"]["process"]: t["targets"][0] for t in targets}
-    assert set(listed) == {"api", "gpu-worker", "cpu-worker", "grpc"}, listed
-    for process in ("gpu-worker", "cpu-worker", "grpc"):  # the API's needs its token
+    assert set(listed) == {"api", "gpu-worker", "cpu-worker", "callback-worker", "grpc"}, listed
+    # the API's needs its token
+    for process in ("gpu-worker", "cpu-worker", "callback-worker", "grpc"):
         scraped = httpx.get(f"http://{listed[process]}/metrics", timeout=5).text
         assert "voicelane_" in scraped or "grpc_stream_errors_total" in scraped, process
     for kind in KINDS:

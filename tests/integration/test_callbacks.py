@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from starlette.testclient import TestClient
@@ -196,7 +197,7 @@ def lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "cpu",
             "worker",
             "--queues",
-            "control,assemble",
+            "control,assemble,callbacks",
             "--hostname",
             "cpu@test",
             extra_env={"VOICELANE_CALLBACK_ALLOW": ""},
@@ -232,12 +233,13 @@ def test_the_worker_refuses_at_connect_time_what_the_api_let_through(
 
 
 def test_a_signed_callback_reaches_a_receiver_the_worker_allows(lane: Stack, sink: Sink) -> None:
-    """The same stack, a second CPU worker that allows loopback takes the control queue."""
+    """The same stack, a second CPU worker that allows loopback takes the control and
+    callbacks queues."""
     allowing = lane.spawn(
         "cpu-allowing",
         "worker",
         "--queues",
-        "control,assemble",
+        "control,assemble,callbacks",
         "--hostname",
         "cpu-allowing@test",
     )
@@ -255,3 +257,28 @@ def test_a_signed_callback_reaches_a_receiver_the_worker_allows(lane: Stack, sin
         assert not verify(tenant_secret(MASTER, "other"), body, headers[SIGNATURE_HEADER])
     finally:
         allowing.stop()
+
+
+# ---- the deadline: a receiver that trickles its answer is cut ------------------------------
+
+
+def test_a_trickling_receiver_is_cut_at_the_callback_deadline() -> None:
+    """Issue 26 item 5: ``callback_timeout_s`` bounds the whole callback (connect, send, read),
+    not each read. The receiver sends its 60-byte answer a byte every 0.1 s (about 6 s, each
+    read well within the 1 s budget); the callback must fail as a timeout instead of waiting
+    for it."""
+    from tests.support.trickle import Trickler
+    from voicelane.core.callbacks import AllowList
+    from voicelane.workers.callbacks import callback_client, post_callback
+
+    trickler = Trickler(every_s=0.1)
+    try:
+        with (
+            callback_client(AllowList.parse("127.0.0.1"), 1.0) as client,
+            pytest.raises(httpx.TimeoutException) as raised,
+        ):
+            post_callback(client, trickler.url(), b"{}", secret="s", job_id="j")
+        assert "deadline" in str(raised.value)
+        assert trickler.completed == 0  # the answer never got through
+    finally:
+        trickler.close()

@@ -32,7 +32,13 @@ from voicelane.common.errors import EngineOutOfMemoryError, JobStateError
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core.lane.front import RealtimeClient
-from voicelane.core.lane.keys import cancel_key, capabilities_key, requests_key, tenant_key
+from voicelane.core.lane.keys import (
+    cancel_key,
+    capabilities_key,
+    requests_key,
+    tenant_key,
+    tenant_streams_key,
+)
 from voicelane.core.lane.messages import StreamRequest, lane_request_id, now_ms
 from voicelane.core.lane.worker import RealtimeWorkerClient
 from voicelane.core.redis_server import free_port
@@ -894,6 +900,90 @@ async def test_a_tenant_holds_at_most_its_streams_and_gets_a_retry_hint(redis_ur
     assert trailing[CODE_KEY] == "quota_exceeded"
     assert isinstance(first_of_other, pb.AudioChunk)  # another tenant is not held up
     assert isinstance(after_close, pb.AudioChunk)  # a closed stream gave its slot back
+
+
+async def held_front(
+    redis_url: str, **overrides: Any
+) -> tuple[Front, RealtimeClient, FakeRealtimeWorker]:
+    """A front with ``overrides`` and a worker that holds every stream after its first event."""
+    lane = RealtimeClient.from_url(redis_url, REALTIME)
+    front = await start_front(grpc_settings(redis_url, **overrides), lane)
+    worker = FakeRealtimeWorker(redis_url, REALTIME, FakeWorkerKnobs(hold_after_events=1))
+    worker.start()
+    return front, lane, worker
+
+
+async def test_a_resume_counts_as_an_open_stream_of_its_tenant(redis_url: str) -> None:
+    """Issue 26 item 7: resumes went around the tenant's open-stream quota (300 concurrent
+    resumes of one stream were all served). The stream holds one of acme's 2 slots, a first
+    resume the other; a second resume is refused like a third stream would be."""
+    front, lane, worker = await held_front(redis_url, tenant_max_streams=2)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+            stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
+            original = stub.Synthesize(
+                pb.SynthesizeRequest(text=TEXT, request_id="r-1"), metadata=ACME, timeout=20
+            )
+            await original.read()  # admitted and speaking (held by the worker)
+
+            def resume() -> Any:
+                ask = pb.SynthesizeRequest(request_id="r-1", resume_after_seq=0)
+                return stub.Synthesize(ask, metadata=ACME, timeout=10)
+
+            first = resume()
+            await eventually(
+                lambda: client.zcard(tenant_streams_key("acme")) >= 2, "the resume's slot"
+            )
+            refused = await rpc_error(resume())
+            other = stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=OTHER, timeout=20)
+            first_of_other = await other.read()
+            first.cancel()
+            await eventually(
+                lambda: client.zcard(tenant_streams_key("acme")) == 1, "the slot given back"
+            )
+            for call in (original, other):
+                call.cancel()
+    finally:
+        worker.release()
+        worker.stop()
+        await stop_front(front, 0)
+        await lane.close()
+        client.close()
+    assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.details()
+    assert "2 open streams" in (refused.details() or "")
+    assert isinstance(first_of_other, pb.AudioChunk)  # another tenant is not held up
+
+
+async def test_a_resume_takes_a_token_of_its_tenants_rate(redis_url: str) -> None:
+    """Issue 26 item 7: resumes went around the tenant's request rate. A burst of 2 at a rate
+    that refills nothing during the test: the stream takes one token, a resume the other, the
+    next resume is refused with a retry hint."""
+    front, lane, worker = await held_front(
+        redis_url, tenant_requests_per_s=0.001, tenant_request_burst=2
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+            stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
+            original = stub.Synthesize(
+                pb.SynthesizeRequest(text=TEXT, request_id="r-2"), metadata=ACME, timeout=20
+            )
+            await original.read()
+            ask = pb.SynthesizeRequest(request_id="r-2", resume_after_seq=0)
+            first = stub.Synthesize(ask, metadata=ACME, timeout=10)
+            second = stub.Synthesize(ask, metadata=ACME, timeout=10)
+            refused = await rpc_error(second)
+            trailing = dict(await second.trailing_metadata() or ())
+            for call in (original, first):
+                call.cancel()
+    finally:
+        worker.release()
+        worker.stop()
+        await stop_front(front, 0)
+        await lane.close()
+    assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.details()
+    assert "rate" in (refused.details() or "")
+    assert int(trailing[RETRY_AFTER_MS_KEY]) > 0
 
 
 async def test_a_client_deadline_is_capped(harness: Harness) -> None:

@@ -39,7 +39,9 @@ def client(redis_url: str, tmp_path: Path) -> Iterator[TestClient]:
 
 
 def first_event(client: TestClient, send: Any, headers: dict[str, str] | None = None) -> Any:
-    with client.websocket_connect("/v1/stream", headers=headers or AUTH) as socket:
+    with client.websocket_connect(
+        "/v1/stream", headers=AUTH if headers is None else headers
+    ) as socket:
         send(socket)
         event = socket.receive_json()
         with pytest.raises(WebSocketDisconnect) as closed:
@@ -97,3 +99,20 @@ def test_bad_frames_and_values_are_invalid_argument(
 def test_a_bad_header_key_is_refused_before_the_request_is_read(client: TestClient) -> None:
     event, code = first_event(client, lambda s: None, headers={"Authorization": "Bearer nope-0000"})
     assert event["code"] == "UNAUTHENTICATED" and code == 1008
+
+
+def test_a_keyless_request_over_the_preauth_cap_is_refused_unparsed(client: TestClient) -> None:
+    """Issue 26 item 6: a socket without an Authorization header carries its key in its request,
+    which is read before the key is checked: over ``websocket_preauth_max_bytes`` (64 KiB) it is
+    refused with close 1009 and never parsed (an unknown key would otherwise be the answer)."""
+    request = json.dumps({"text": "a" * (64 * 1024), "api_key": "not-a-key-0000"})
+    event, code = first_event(client, lambda s: s.send_text(request), headers={})
+    assert code == 1009, (event, code)
+    assert event["type"] == "error" and event.get("field") == "api_key", event
+    assert "Authorization header" in event["message"], event
+
+
+def test_a_keyless_request_under_the_preauth_cap_is_read(client: TestClient) -> None:
+    request = json.dumps({"text": "a" * 1000, "api_key": "not-a-key-0000"})
+    event, code = first_event(client, lambda s: s.send_text(request), headers={})
+    assert event["code"] == "UNAUTHENTICATED" and code == 1008, event

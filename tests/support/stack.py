@@ -142,6 +142,15 @@ class Stack:
             extra_env=extra_env,
         )
 
+    def callback_worker(
+        self, name: str = "callbacks", extra_env: dict[str, str] | None = None
+    ) -> Proc:
+        """The worker of job callbacks (queue ``callbacks``), as ``voicelane up`` runs it."""
+        return self.spawn(
+            name, "worker", "--queues", "callbacks", "--hostname", f"{name}@test",
+            extra_env=extra_env,
+        )  # fmt: skip
+
     def api(self) -> Proc:
         self.api_port = free_port()
         proc = self.spawn(
