@@ -644,11 +644,14 @@ class StreamGateway:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.shield(task)
 
-<<<<<<< HEAD
-    async def _end(self, tenant: str, lane_id: str, *, cancel: bool) -> None:
-        """The cancel mark, then the slot's release — which happens even when the mark could
-        not be written (Redis at its ``maxmemory`` refuses the mark but not the release),
-        and is retried in the background when it fails itself."""
+    async def _end(
+        self, tenant: str, lane_id: str, *, cancel: bool, slot_id: str | None = None
+    ) -> None:
+        """The cancel mark, then the slot's release (``slot_id``: a resume's own slot; else
+        the stream's) — which happens even when the mark could not be written (Redis at its
+        ``maxmemory`` refuses the mark but not the release), and is retried in the background
+        when it fails itself."""
+        slot = slot_id or lane_id
         cancel_error: Exception | None = None
         if cancel:
             try:
@@ -656,33 +659,26 @@ class StreamGateway:
             except Exception as error:
                 cancel_error = error
         try:
-            await self.lane.release_tenant_slot(tenant, lane_id)
+            await self.lane.release_tenant_slot(tenant, slot)
         except Exception:
-            task = asyncio.create_task(self._release_later(tenant, lane_id))
+            task = asyncio.create_task(self._release_later(tenant, slot))
             self._release_retries.add(task)
             task.add_done_callback(self._release_retries.discard)
             raise
         if cancel_error is not None:
             raise cancel_error
 
-    async def _release_later(self, tenant: str, lane_id: str) -> None:
+    async def _release_later(self, tenant: str, slot_id: str) -> None:
         for wait_s in RELEASE_RETRY_S:
             await asyncio.sleep(wait_s)
             try:
-                await self.lane.release_tenant_slot(tenant, lane_id)
+                await self.lane.release_tenant_slot(tenant, slot_id)
             except Exception as error:
-                log.debug("stream %s: slot release failed again: %s", lane_id, error)
+                log.debug("slot %s: release failed again: %s", slot_id, error)
                 continue
-            log.info("stream %s: its tenant's slot released on a retry", lane_id)
+            log.info("slot %s: its tenant's slot released on a retry", slot_id)
             return
-        log.warning("stream %s: slot not released; it lapses at the stream's deadline", lane_id)
-=======
-    async def _end(
-        self, tenant: str, lane_id: str, *, cancel: bool, slot_id: str | None = None
-    ) -> None:
-        if cancel:
-            await self.lane.cancel(lane_id)
-        await self.lane.release_tenant_slot(tenant, slot_id or lane_id)
+        log.warning("slot %s: not released; it lapses at the stream's deadline", slot_id)
 
     async def _hold_tenant_slot(self, tenant: str, slot_id: str, until_ms: int) -> None:
         """One of the tenant's open streams for ``slot_id`` until ``until_ms``, or
@@ -693,7 +689,6 @@ class StreamGateway:
                 f"tenant {tenant!r} already has {limit} open streams; close one first",
                 retry_after_s=TENANT_SLOT_RETRY_S,
             )
->>>>>>> hard-b
 
     async def wait_background(self) -> None:
         """Let the cancel marks of the last streams reach Redis."""
