@@ -2,7 +2,8 @@
 
 The server runs ``voicelane.v1.Speech`` (:class:`voicelane.api.grpc_service.SpeechService`, an
 adapter over the stream gateway :mod:`voicelane.api.streams`) behind the API-key interceptor
-(:mod:`voicelane.api.grpc_auth`), the ``grpc.health.v1`` health service (``SERVING``;
+(:mod:`voicelane.api.grpc_auth`) and the per-tenant call limits
+(:mod:`voicelane.api.grpc_admission`), the ``grpc.health.v1`` health service (``SERVING``;
 ``NOT_SERVING`` while shutting down) and server reflection. It stops gracefully on SIGTERM/SIGINT:
 health goes ``NOT_SERVING``, streams in flight get ``shutdown_grace_s`` to finish. ``docs/grpc.md``
 is the contract in prose.
@@ -26,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 
 from voicelane.api.auth import ApiKeys
 from voicelane.api.engines import EngineCatalog
+from voicelane.api.grpc_admission import AdmissionInterceptor, CallLimits
 from voicelane.api.grpc_auth import AuthInterceptor
 from voicelane.api.grpc_decode import DecodeInterceptor
 from voicelane.api.grpc_service import SERVICE_NAME, SpeechService
@@ -45,6 +47,7 @@ __all__ = [
     "SERVICE_NAME",
     "Front",
     "SpeechService",
+    "call_limits",
     "run_grpc",
     "serve",
     "server_options",
@@ -75,6 +78,15 @@ def server_options(settings: GrpcSettings) -> list[tuple[str, int]]:
     ]
 
 
+def call_limits(settings: GrpcSettings) -> CallLimits:
+    """The front's limits on calls open at once (docs/grpc.md, Admission)."""
+    return CallLimits(
+        max_calls=settings.max_concurrent_rpcs,
+        tenant_max_calls=settings.tenant_max_rpcs,
+        max_public_calls=settings.max_public_rpcs,
+    )
+
+
 @dataclass
 class Front:
     """A started server and what its shutdown needs."""
@@ -83,6 +95,7 @@ class Front:
     service: SpeechService
     health: grpc_health.aio.HealthServicer
     port: int
+    limits: CallLimits
     warmup: Warmup | None = None
 
 
@@ -95,10 +108,13 @@ async def start_front(
     settings: GrpcSettings, lane: RealtimeClient, *, min_deadline_s: float = MIN_USEFUL_DEADLINE_S
 ) -> Front:
     keys = ApiKeys.from_settings(settings.api_keys, dev_mode=settings.dev_mode)
+    limits = call_limits(settings)
+    # No grpcio ``maximum_concurrent_rpcs``: it counts every call, health checks and calls
+    # without a key included, so one tenant's idle calls locked everyone out (issue 26
+    # item 3). The admission interceptor counts per tenant, after the key.
     server = grpc.aio.server(
-        interceptors=[AuthInterceptor(keys), DecodeInterceptor()],
+        interceptors=[AuthInterceptor(keys), AdmissionInterceptor(limits), DecodeInterceptor()],
         options=server_options(settings),
-        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     # The tenants' lexicons, read through the ledger (a short timeout: a paused Redis fails
     # the request fast instead of holding it).
@@ -112,7 +128,7 @@ async def start_front(
         voices=VoiceResolver.over(ledger.voices),
     )
     llm = LlmBridge(settings.llm)
-    service = SpeechService(gateway, llm)
+    service = SpeechService(gateway, llm, start_timeout_s=settings.converse_start_timeout_s)
     pb_grpc.add_SpeechServicer_to_server(service, server)
     health = grpc_health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -133,7 +149,7 @@ async def start_front(
     log.info("gRPC front listening on %s:%d", settings.grpc_host, port)
     if settings.metrics_port:
         metrics.serve(settings.metrics_port, settings.metrics_host)
-    return Front(server, service, health, port, warmup)
+    return Front(server, service, health, port, limits, warmup)
 
 
 async def stop_front(front: Front, grace_s: float) -> None:

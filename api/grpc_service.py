@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Speech"].full_name
 
+DEFAULT_START_TIMEOUT_S = 5.0
+"""``GrpcSettings.converse_start_timeout_s``'s default."""
+
 SpeechAsking: TypeAlias = pb.SynthesizeRequest | pb.ConverseStart | pb.ChatRequest
 """The messages that carry a stream's speech options."""
 
@@ -126,9 +129,17 @@ def client_gone(context: Context) -> Callable[[], bool]:
 class SpeechService(pb_grpc.SpeechServicer):
     """``voicelane.v1.Speech`` over the stream gateway."""
 
-    def __init__(self, gateway: StreamGateway, llm: LlmBridge | None = None) -> None:
+    def __init__(
+        self,
+        gateway: StreamGateway,
+        llm: LlmBridge | None = None,
+        *,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> None:
         self.gateway = gateway
         self.llm = llm
+        self.start_timeout_s = start_timeout_s
+        """How long a Converse call may take to send its ``start``."""
 
     async def Synthesize(  # noqa: N802 - the generated servicer's name
         self, request: pb.SynthesizeRequest, context: Context
@@ -157,7 +168,7 @@ class SpeechService(pb_grpc.SpeechServicer):
         conversation: Conversation | None = None
         try:
             deadline_ms = self.gateway.deadline_ms(context.time_remaining())
-            start = await _first_start(request_iterator, deadline_ms)
+            start = await _first_start(request_iterator, deadline_ms, self.start_timeout_s)
             conversation = await self.gateway.converse(
                 current_tenant(),
                 stream_ask(start),
@@ -296,14 +307,20 @@ def _log_end(kind: str, stream: Stream) -> None:
 
 
 async def _first_start(
-    requests: AsyncIterator[pb.ConverseRequest], deadline_ms: int
+    requests: AsyncIterator[pb.ConverseRequest], deadline_ms: int, start_timeout_s: float
 ) -> pb.ConverseStart:
-    timeout_s = max(0.0, (deadline_ms - now_ms()) / 1000)
+    """The conversation's ``start``: within ``start_timeout_s`` (a call that has not said
+    what it wants must not hold its place) and before the call's deadline."""
+    deadline_s = max(0.0, (deadline_ms - now_ms()) / 1000)
     try:
-        first = await asyncio.wait_for(anext(requests), timeout_s)
+        first = await asyncio.wait_for(anext(requests), min(deadline_s, start_timeout_s))
     except StopAsyncIteration:
         raise InvalidInputError("the conversation ended before its start message") from None
     except TimeoutError:
+        if start_timeout_s < deadline_s:
+            raise DeadlineExceededError(
+                f"no start message within {start_timeout_s:g} s of the call's start"
+            ) from None
         raise DeadlineExceededError("no start message before the deadline") from None
     if first.WhichOneof("event") != "start":
         raise InvalidInputError("the first message of a conversation must be start")

@@ -247,6 +247,19 @@ class GrpcSettings(FrontSettings):
     grpc_port: int = Field(50051, ge=1, le=65535)
     max_message_bytes: int = Field(1024 * 1024, ge=1024)
     max_concurrent_rpcs: int = Field(1000, ge=1)
+    """Calls with a key this process holds at once, all tenants together; over it:
+    RESOURCE_EXHAUSTED ``no_capacity``. Counted by the front after the key is checked (not
+    grpcio's limit of the same name, which counted health checks and keyless calls too)."""
+    tenant_max_rpcs: int = Field(100, ge=1)
+    """Calls one tenant may hold open on this process at once (any method); over it:
+    RESOURCE_EXHAUSTED ``quota_exceeded`` with a retry hint. Its idle calls count against
+    itself only."""
+    max_public_rpcs: int = Field(100, ge=1)
+    """Keyless calls that can stay open (health ``Watch``, server reflection) held at once;
+    health ``Check`` is never counted."""
+    converse_start_timeout_s: float = Field(5.0, gt=0)
+    """A ``Converse`` call must send its ``start`` within this, or it ends with
+    DEADLINE_EXCEEDED (its place freed for others)."""
     keepalive_time_s: float = Field(30.0, gt=0)
     keepalive_timeout_s: float = Field(10.0, gt=0)
     shutdown_grace_s: float = Field(5.0, ge=0)

@@ -129,7 +129,7 @@ async def test_idle_converse_calls_of_one_tenant_do_not_lock_the_others_out(
             await eventually(lambda: len(flood.ended()) >= FLOOD - MAX_RPCS, "refusals")
             await others_are_served(stub, channel)  # other connection or the same: one test
             refused = await eventually(
-                lambda: (e := flood.ended()) if len(e) == FLOOD - TENANT_MAX_RPCS else None,
+                lambda: e if len(e := flood.ended()) == FLOOD - TENANT_MAX_RPCS else None,
                 "the tenant's excess calls refused",
             )
         finally:
