@@ -139,3 +139,71 @@ async def test_idle_converse_calls_of_one_tenant_do_not_lock_the_others_out(
     assert trailers[CODE_KEY] == "quota_exceeded"
     assert int(trailers[RETRY_AFTER_MS_KEY]) > 0
     assert f"{TENANT_MAX_RPCS} concurrent calls" in (refused[0].details() or "")
+
+
+async def test_a_converse_that_never_sends_start_ends_and_frees_its_place(
+    redis_url: str,
+) -> None:
+    async for front in running_front(redis_url, converse_start_timeout_s=0.5):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+            call = pb_grpc.SpeechStub(channel).Converse(metadata=ACME, timeout=60)
+            error = await rpc_error(call)
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # long before its 60 s
+        assert "no start message within 0.5 s" in (error.details() or "")
+        await eventually(lambda: front.limits.calls == 0, "the place given back")
+
+
+async def test_health_check_answers_and_others_get_a_clear_refusal_when_the_front_is_full(
+    redis_url: str,
+) -> None:
+    """Both tenants' idle calls fill ``max_concurrent_rpcs``: a new call is refused with
+    ``no_capacity``, the health check still answers SERVING."""
+    async for front in running_front(redis_url, max_concurrent_rpcs=12):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+            stub = pb_grpc.SpeechStub(channel)
+            floods = [idle_converses(stub, TENANT_MAX_RPCS), idle_converses(stub, 4, OTHER)]
+            try:
+                await eventually(lambda: front.limits.calls == 12, "the front full")
+                refused = await rpc_error(
+                    stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=OTHER, timeout=10)
+                )
+                reply = await health_check(channel)(health_pb2.HealthCheckRequest(), timeout=10)
+            finally:
+                for flood in floods:
+                    await flood.stop()
+            await eventually(lambda: front.limits.calls == 0, "every place given back")
+            await others_are_served(stub, channel)
+    assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert dict(refused.trailing_metadata() or ())[CODE_KEY] == "no_capacity"
+    assert reply.status == SERVING
+
+
+async def test_calls_without_a_valid_key_are_refused_uncounted(front: Front) -> None:
+    wrong = (("authorization", "Bearer not-a-key"),)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+        stub = pb_grpc.SpeechStub(channel)
+        flood = idle_converses(stub, FLOOD, wrong)
+        errors = await eventually(
+            lambda: e if len(e := flood.ended()) == FLOOD else None, "every call refused"
+        )
+        assert {e.code() for e in errors} == {grpc.StatusCode.UNAUTHENTICATED}
+        assert front.limits.calls == 0 and front.limits.public == 0
+        await others_are_served(stub, channel)
+
+
+async def test_keyless_watch_streams_have_their_own_limit(redis_url: str) -> None:
+    """Health ``Watch`` streams (no key, open for good) fill ``max_public_rpcs`` only: the
+    tenants and the health ``Check`` are served."""
+    async for front in running_front(redis_url, max_public_rpcs=5):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
+            watch = health_watch(channel)
+            flood = Flood([watch(health_pb2.HealthCheckRequest(), timeout=60) for _ in range(8)])
+            try:
+                refused = await eventually(
+                    lambda: e if len(e := flood.ended()) == 3 else None, "3 watches refused"
+                )
+                assert front.limits.public == 5
+                await others_are_served(pb_grpc.SpeechStub(channel), channel)
+            finally:
+                await flood.stop()
+    assert {e.code() for e in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
