@@ -10,8 +10,9 @@ flood of a few dozen calls shows the same thing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
@@ -37,6 +38,9 @@ from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core.lane.front import RealtimeClient
 
+if TYPE_CHECKING:
+    from voicelane.common.wire.speech_pb2_grpc import SpeechAsyncStub
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -52,6 +56,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@contextlib.asynccontextmanager
 async def running_front(redis_url: str, **overrides: Any) -> AsyncIterator[Front]:
     fields: dict[str, Any] = {
         "max_concurrent_rpcs": MAX_RPCS,
@@ -73,7 +78,7 @@ async def running_front(redis_url: str, **overrides: Any) -> AsyncIterator[Front
 
 @pytest.fixture
 async def front(redis_url: str) -> AsyncIterator[Front]:
-    async for started in running_front(redis_url):
+    async with running_front(redis_url) as started:
         yield started
 
 
@@ -85,7 +90,8 @@ class Flood:
         self.readers = [asyncio.ensure_future(_outcome(call)) for call in calls]
 
     def ended(self) -> list[grpc.aio.AioRpcError]:
-        return [r.result() for r in self.readers if r.done() and r.result() is not None]
+        outcomes = [r.result() for r in self.readers if r.done()]
+        return [error for error in outcomes if error is not None]
 
     async def stop(self) -> None:
         for call in self.calls:
@@ -101,11 +107,11 @@ async def _outcome(call: Any) -> grpc.aio.AioRpcError | None:
     return None
 
 
-def idle_converses(stub: pb_grpc.SpeechStub, count: int, metadata: Any = ACME) -> Flood:
+def idle_converses(stub: SpeechAsyncStub, count: int, metadata: Any = ACME) -> Flood:
     return Flood([stub.Converse(metadata=metadata, timeout=60) for _ in range(count)])
 
 
-async def others_are_served(stub: pb_grpc.SpeechStub, channel: grpc.aio.Channel) -> None:
+async def others_are_served(stub: SpeechAsyncStub, channel: grpc.aio.Channel) -> None:
     """Another tenant's ListVoices and Synthesize, and the health check, all answer."""
     voices = await stub.ListVoices(pb.ListVoicesRequest(), metadata=OTHER, timeout=10)
     assert voices.engine == "espeak"
@@ -122,7 +128,7 @@ async def test_idle_converse_calls_of_one_tenant_do_not_lock_the_others_out(
 ) -> None:
     """The repro: more idle Converse calls than the front's limit, on one connection."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-        stub = pb_grpc.SpeechStub(channel)
+        stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
         flood = idle_converses(stub, FLOOD)
         try:
             # The server has seen the flood once it refused what is over its limit.
@@ -144,9 +150,10 @@ async def test_idle_converse_calls_of_one_tenant_do_not_lock_the_others_out(
 async def test_a_converse_that_never_sends_start_ends_and_frees_its_place(
     redis_url: str,
 ) -> None:
-    async for front in running_front(redis_url, converse_start_timeout_s=0.5):
+    async with running_front(redis_url, converse_start_timeout_s=0.5) as front:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-            call = pb_grpc.SpeechStub(channel).Converse(metadata=ACME, timeout=60)
+            stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
+            call = stub.Converse(metadata=ACME, timeout=60)
             error = await rpc_error(call)
         assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # long before its 60 s
         assert "no start message within 0.5 s" in (error.details() or "")
@@ -158,21 +165,23 @@ async def test_health_check_answers_and_others_get_a_clear_refusal_when_the_fron
 ) -> None:
     """Both tenants' idle calls fill ``max_concurrent_rpcs``: a new call is refused with
     ``no_capacity``, the health check still answers SERVING."""
-    async for front in running_front(redis_url, max_concurrent_rpcs=12):
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-            stub = pb_grpc.SpeechStub(channel)
-            floods = [idle_converses(stub, TENANT_MAX_RPCS), idle_converses(stub, 4, OTHER)]
-            try:
-                await eventually(lambda: front.limits.calls == 12, "the front full")
-                refused = await rpc_error(
-                    stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=OTHER, timeout=10)
-                )
-                reply = await health_check(channel)(health_pb2.HealthCheckRequest(), timeout=10)
-            finally:
-                for flood in floods:
-                    await flood.stop()
-            await eventually(lambda: front.limits.calls == 0, "every place given back")
-            await others_are_served(stub, channel)
+    async with (
+        running_front(redis_url, max_concurrent_rpcs=12) as front,
+        grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel,
+    ):
+        stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
+        floods = [idle_converses(stub, TENANT_MAX_RPCS), idle_converses(stub, 4, OTHER)]
+        try:
+            await eventually(lambda: front.limits.calls == 12, "the front full")
+            refused = await rpc_error(
+                stub.Synthesize(pb.SynthesizeRequest(text=TEXT), metadata=OTHER, timeout=10)
+            )
+            reply = await health_check(channel)(health_pb2.HealthCheckRequest(), timeout=10)
+        finally:
+            for flood in floods:
+                await flood.stop()
+        await eventually(lambda: front.limits.calls == 0, "every place given back")
+        await others_are_served(stub, channel)
     assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert dict(refused.trailing_metadata() or ())[CODE_KEY] == "no_capacity"
     assert reply.status == SERVING
@@ -181,7 +190,7 @@ async def test_health_check_answers_and_others_get_a_clear_refusal_when_the_fron
 async def test_calls_without_a_valid_key_are_refused_uncounted(front: Front) -> None:
     wrong = (("authorization", "Bearer not-a-key"),)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-        stub = pb_grpc.SpeechStub(channel)
+        stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
         flood = idle_converses(stub, FLOOD, wrong)
         errors = await eventually(
             lambda: e if len(e := flood.ended()) == FLOOD else None, "every call refused"
@@ -194,16 +203,19 @@ async def test_calls_without_a_valid_key_are_refused_uncounted(front: Front) -> 
 async def test_keyless_watch_streams_have_their_own_limit(redis_url: str) -> None:
     """Health ``Watch`` streams (no key, open for good) fill ``max_public_rpcs`` only: the
     tenants and the health ``Check`` are served."""
-    async for front in running_front(redis_url, max_public_rpcs=5):
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel:
-            watch = health_watch(channel)
-            flood = Flood([watch(health_pb2.HealthCheckRequest(), timeout=60) for _ in range(8)])
-            try:
-                refused = await eventually(
-                    lambda: e if len(e := flood.ended()) == 3 else None, "3 watches refused"
-                )
-                assert front.limits.public == 5
-                await others_are_served(pb_grpc.SpeechStub(channel), channel)
-            finally:
-                await flood.stop()
+    async with (
+        running_front(redis_url, max_public_rpcs=5) as front,
+        grpc.aio.insecure_channel(f"127.0.0.1:{front.port}") as channel,
+    ):
+        watch = health_watch(channel)
+        flood = Flood([watch(health_pb2.HealthCheckRequest(), timeout=60) for _ in range(8)])
+        try:
+            refused = await eventually(
+                lambda: e if len(e := flood.ended()) == 3 else None, "3 watches refused"
+            )
+            assert front.limits.public == 5
+            stub: SpeechAsyncStub = pb_grpc.SpeechStub(channel)
+            await others_are_served(stub, channel)
+        finally:
+            await flood.stop()
     assert {e.code() for e in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
