@@ -824,7 +824,7 @@ class StreamGateway:
             try:
                 if not await self.lane.reserve(lane_id, tenant, ttl_s):
                     raise exists
-                await self.lane.submit(request, text)
+                await self.lane.submit(request, text, backpressure=True)
             except BaseException:
                 await self.lane.release_tenant_slot(tenant, lane_id)
                 raise

@@ -555,7 +555,7 @@ class Session:
     async def _send(self, pieces: list[_Audio]) -> None:
         if not pieces:
             return
-        await self._await_reader(pieces[0].pts_ms)
+        await self._await_reader(pieces[-1].pts_ms)
         request = self.request
         words, self._words = tuple(self._words), []
         marks, self._marks = tuple(self._marks), []

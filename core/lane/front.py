@@ -117,17 +117,23 @@ class RealtimeClient:
         mine = owner is not None and owner.decode() == tenant
         return mine and bool(has_output or queued), bool(has_output)
 
-    async def submit(self, request: StreamRequest, text: str | None = None) -> None:
+    async def submit(
+        self, request: StreamRequest, text: str | None = None, *, backpressure: bool = False
+    ) -> None:
         """Queue the request on its engine's stream; with ``text`` (Synthesize) its whole
-        input goes in at once."""
+        input goes in at once. With ``backpressure`` (every stream of the gateway), its read
+        mark starts at 0: the worker renders at most ``max_unread_output_s`` of audio beyond
+        what :meth:`mark_read` says the client took (without it, a caller that reads the
+        output stream itself, such as a test, gets it all at once)."""
         pipe = self.redis.pipeline(transaction=True)
         key = input_key(request.request_id)
         if text is not None:
             pipe.xadd(key, cast(Any, InputPiece(InputKind.TEXT, text).to_fields()))
             pipe.xadd(key, cast(Any, InputPiece(InputKind.END).to_fields()))
         pipe.expire(key, int(self.settings.output_ttl_s) + 60)
-        # The client has taken nothing yet: the worker renders at most the window ahead of it.
-        pipe.set(read_key(request.request_id), 0, ex=self.read_mark_ttl_s(request.deadline_ms))
+        if backpressure:  # the client took nothing yet
+            ttl_s = self.read_mark_ttl_s(request.deadline_ms)
+            pipe.set(read_key(request.request_id), 0, ex=ttl_s)
         pipe.xadd(requests_key(request.engine), cast(Any, request.to_fields()))
         await pipe.execute()
 
