@@ -45,6 +45,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
+from redis import RedisError
+
 from voicelane.api.engines import EngineCatalog, ResolvedVoice
 from voicelane.api.output_reader import OutputReader, Subscription
 from voicelane.api.text_options import TextOptionsResolver
@@ -106,6 +108,9 @@ liveness timeouts are shorter than four of it)."""
 NO_CAPACITY_RETRY_S = 1.0
 """Retry hint when the lane is full (a slot frees as soon as any stream ends)."""
 TENANT_SLOT_RETRY_S = 1.0
+MARK_STEP_MS = 1000
+"""A stream's read mark is written at most once per this much audio taken (less: a quarter
+of ``max_unread_output_s``), so a live stream costs one SET a second."""
 RESUME_SLOT_MARK = "~resume-"
 """A resume's slot among its tenant's open streams: ``{lane id}~resume-{random}``, one per
 resume, apart from the stream's own (``~`` is not in a request id)."""
@@ -337,6 +342,9 @@ class Stream:
         self._subscription: Subscription | None = None
         """The stream's output, through the gateway's reader (while :meth:`chunks` runs)."""
         self._client_gone = client_gone
+        self._marked_ms = 0
+        """The read mark last written (submission wrote 0)."""
+        self._mark_step_ms = min(MARK_STEP_MS, round(rt.max_unread_output_s * 1000 / 4))
         self._last_seq = after_seq
         self._captions: list[OutputEvent] = []
         self.finished = False
@@ -383,10 +391,26 @@ class Stream:
                             self._first_audio(self._front)
                         self.chunks_sent += 1
                         yield chunk
+                        if chunk.data:  # the client took it (its front asked for more)
+                            await self._taken(chunk.pts_ms)
                     if self.finished:
                         return
         finally:
             subscription.close()
+
+    async def _taken(self, pts_ms: int) -> None:
+        """The client has taken the output up to ``pts_ms``: the read mark the worker renders
+        at most ``max_unread_output_s`` beyond (backpressure). Written once per
+        ``_mark_step_ms`` of audio; a failed write is tried again with a later chunk (the
+        worker only waits a little longer)."""
+        if pts_ms - self._marked_ms < self._mark_step_ms:
+            return
+        try:
+            await self._lane.mark_read(self.lane_id, pts_ms, self._deadline_ms)
+        except (RedisError, OSError) as error:
+            log.debug("stream %s: could not mark its output read: %s", self.lane_id, error)
+            return
+        self._marked_ms = pts_ms
 
     async def close(self) -> None:
         """Cancel the request unless it reached its end, and give the tenant's slot back
@@ -800,7 +824,7 @@ class StreamGateway:
             try:
                 if not await self.lane.reserve(lane_id, tenant, ttl_s):
                     raise exists
-                await self.lane.submit(request, text)
+                await self.lane.submit(request, text, backpressure=True)
             except BaseException:
                 await self.lane.release_tenant_slot(tenant, lane_id)
                 raise

@@ -51,6 +51,7 @@ import enum
 import html
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -326,6 +327,10 @@ class Session:
         """The stream's clock: ``_base_ms`` (where this worker took over) plus the samples it
         delivered to the encoder (at the request's rate)."""
         self._first_input: list[tuple[str, InputPiece]] = []
+        self._read_ms = 0
+        """How far the client has taken the output (the front's read mark, last seen)."""
+        self._unbounded = False
+        """The request has no read mark (its front writes none): no backpressure."""
         self.task: asyncio.Task[None] | None = None
         self.stopped: _Stop | None = None
         self._running = False
@@ -550,6 +555,7 @@ class Session:
     async def _send(self, pieces: list[_Audio]) -> None:
         if not pieces:
             return
+        await self._await_reader(pieces[-1].pts_ms)
         request = self.request
         words, self._words = tuple(self._words), []
         marks, self._marks = tuple(self._marks), []
@@ -572,6 +578,24 @@ class Session:
         )
         if self._started_at is None:
             self._started_at = time.monotonic()
+
+    async def _await_reader(self, pts_ms: int) -> None:
+        """Backpressure: before writing audio that starts at ``pts_ms``, wait while more than
+        ``max_unread_output_s`` of the stream's audio is unread by its client (the front's
+        read mark) — the stream's output in Redis stays within what its client took plus
+        the window, however long the text. Only this session waits (its next sentence is not
+        submitted meanwhile); the others go on. Gives up at the stream's deadline."""
+        window_ms = self.settings.max_unread_output_s * 1000
+        while not self._unbounded and pts_ms - self._read_ms > window_ms:
+            if self.request.expired:
+                raise DeadlineExceededError(
+                    "the deadline passed while the client was not taking the audio"
+                )
+            mark = await self.io.wait_read(self.request.request_id, math.ceil(pts_ms - window_ms))
+            if mark is None:  # no read mark: a front of the previous release
+                self._unbounded = True
+            else:
+                self._read_ms = max(self._read_ms, mark)
 
     async def _speak(self, utterance: Utterance) -> AsyncGenerator[StreamEvent, None]:
         """The utterance's audio as the batcher streams it, with the engine's word events

@@ -14,6 +14,10 @@ each round, sends everything the sessions asked for since the last round as one 
   ``INPUT_WAIT_S`` so the session can look at its deadline;
 * cancel marks of every session: one MGET every ``CANCEL_POLL_S``; a cancelled session is
   told through ``on_cancelled`` (it stops within one batch step, as before);
+* ``wait_read`` (a session ahead of its client by more than ``max_unread_output_s``): the
+  read marks of all waiting sessions in one MGET — at the next round for a new wait, then
+  every ``READ_POLL_S``; a wait ends when the mark reached what it waits for, or empty after
+  ``READ_WAIT_S`` so the session can look at its deadline;
 * heartbeats (XCLAIM JUSTID + session heartbeat keys) and the capacity report every
   ``beat_every_s``, and the capacity report as soon as it changed;
 * the request stream's trim at most once a second, after requests finished.
@@ -47,6 +51,10 @@ INPUT_WAIT_S = 0.1
 """A ``read_input`` with nothing new answers empty after this long."""
 CANCEL_POLL_S = 0.05
 """How often the cancel marks of all sessions are read (one MGET for all)."""
+READ_POLL_S = 0.05
+"""How often the read marks of sessions waiting for their clients are read (one MGET)."""
+READ_WAIT_S = 0.5
+"""A ``wait_read`` whose mark did not get there answers after this long."""
 TRIM_EVERY_S = 1.0
 MIN_ROUND_S = 0.003
 """Rounds start at least this far apart, so each carries many sessions' calls."""
@@ -59,6 +67,14 @@ Pieces = list[tuple[str, InputPiece]]
 class _Call:
     add: Callable[[WorkerBatch], None]
     future: asyncio.Future[Any]
+
+
+@dataclass(slots=True)
+class _ReadWait:
+    need_ms: int
+    future: asyncio.Future[int | None]
+    since: float = field(default_factory=time.monotonic)
+    polled: bool = False
 
 
 @dataclass(slots=True)
@@ -93,6 +109,7 @@ class LaneIO:
         self._beat_every_s = min(settings.heartbeat_ttl_s, settings.reclaim_idle_s) / 3
         self._calls: deque[_Call] = deque()
         self._inputs: dict[str, _InputWait] = {}
+        self._reads: dict[str, _ReadWait] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -145,6 +162,19 @@ class LaneIO:
         self._wakeup()
         return future
 
+    def wait_read(self, request_id: str, need_ms: int) -> asyncio.Future[int | None]:
+        """The request's read mark once it reached ``need_ms`` — or what it is after
+        ``READ_WAIT_S`` (-1 when it could not be read); None when the request has none (a
+        front of the previous release: no backpressure)."""
+        future: asyncio.Future[int | None] = self.loop.create_future()
+        with self._lock:
+            previous = self._reads.get(request_id)
+            if previous is not None:
+                previous.future.cancel()
+            self._reads[request_id] = _ReadWait(need_ms, future)
+        self._wakeup()
+        return future
+
     def _call(self, add: Callable[[WorkerBatch], None]) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = self.loop.create_future()
         with self._lock:
@@ -160,7 +190,7 @@ class LaneIO:
 
     def _run(self) -> None:
         now = time.monotonic()
-        next_input = next_cancel = now
+        next_input = next_cancel = next_read = now
         next_beat = now + self._beat_every_s
         last_trim = last_round = 0.0
         while True:
@@ -168,6 +198,8 @@ class LaneIO:
             due = next_beat
             if self._inputs:
                 due = min(due, next_input)
+            if self._reads:
+                due = min(due, next_read)
             if self._sessions():
                 due = min(due, next_cancel)
             if not self._calls and not self._stopping.is_set():
@@ -196,6 +228,14 @@ class LaneIO:
                 batch.read_inputs(after_ids)
                 polls["input"] = len(batch) - 1
                 next_input = now + INPUT_POLL_S
+            with self._lock:
+                fresh_read = any(not wait.polled for wait in self._reads.values())
+                if self._reads and (fresh_read or now >= next_read):
+                    for wait in self._reads.values():
+                        wait.polled = True
+                    batch.read_marks(list(self._reads))
+                    polls["read"] = len(batch) - 1
+                    next_read = now + READ_POLL_S
             sessions = self._sessions()
             if sessions and now >= next_cancel:
                 batch.cancelled([request_id for _, request_id in sessions])
@@ -232,7 +272,7 @@ class LaneIO:
             results = batch.execute()
         except Exception as error:
             log.warning("real-time lane round failed: %s", error)
-            self._deliver([(future, error) for future, _ in answers], {})
+            self._deliver([(future, error) for future, _ in answers], {}, {})
             time.sleep(RETRY_AFTER_ERROR_S)
             return
         self.rounds += 1
@@ -241,21 +281,45 @@ class LaneIO:
         inputs: dict[str, Pieces] = {}
         if "input" in polls and not isinstance(results[polls["input"]], Exception):
             inputs = results[polls["input"]]
+        marks: dict[str, int | None] = {}
+        if "read" in polls:
+            read = results[polls["read"]]
+            if isinstance(read, Exception):
+                log.warning("could not read the read marks: %s", read)
+            else:
+                marks = read
         if "cancel" in polls:
             cancelled = results[polls["cancel"]]
             if isinstance(cancelled, Exception):
                 log.warning("could not read cancel marks: %s", cancelled)
             elif cancelled:
                 self._on_cancelled(cancelled)
-        self._deliver([(future, results[i]) for future, i in answers], inputs)
+        self._deliver([(future, results[i]) for future, i in answers], inputs, marks)
 
     def _deliver(
-        self, answers: list[tuple[asyncio.Future[Any], Any]], inputs: dict[str, Pieces]
+        self,
+        answers: list[tuple[asyncio.Future[Any], Any]],
+        inputs: dict[str, Pieces],
+        marks: dict[str, int | None],
     ) -> None:
         """Settle this round's futures on the loop: one wake-up for all of them."""
         now = time.monotonic()
         ready: list[tuple[asyncio.Future[Any], Any]] = list(answers)
         with self._lock:
+            for rid, read in list(self._reads.items()):
+                if read.future.done():
+                    del self._reads[rid]
+                    continue
+                timed_out = now - read.since >= READ_WAIT_S
+                if rid not in marks:  # not read this round (or the read failed)
+                    if timed_out:
+                        del self._reads[rid]
+                        ready.append((read.future, -1))
+                    continue
+                mark = marks[rid]
+                if mark is None or mark >= read.need_ms or timed_out:
+                    del self._reads[rid]
+                    ready.append((read.future, mark))
             for rid, wait in list(self._inputs.items()):
                 pieces = inputs.get(rid)
                 if pieces or now - wait.since >= INPUT_WAIT_S or wait.future.done():

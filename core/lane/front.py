@@ -26,6 +26,7 @@ from voicelane.core.lane.keys import (
     input_key,
     output_key,
     owner_key,
+    read_key,
     requests_key,
     tenant_key,
     tenant_streams_key,
@@ -116,17 +117,35 @@ class RealtimeClient:
         mine = owner is not None and owner.decode() == tenant
         return mine and bool(has_output or queued), bool(has_output)
 
-    async def submit(self, request: StreamRequest, text: str | None = None) -> None:
+    async def submit(
+        self, request: StreamRequest, text: str | None = None, *, backpressure: bool = False
+    ) -> None:
         """Queue the request on its engine's stream; with ``text`` (Synthesize) its whole
-        input goes in at once."""
+        input goes in at once. With ``backpressure`` (every stream of the gateway), its read
+        mark starts at 0: the worker renders at most ``max_unread_output_s`` of audio beyond
+        what :meth:`mark_read` says the client took (without it, a caller that reads the
+        output stream itself, such as a test, gets it all at once)."""
         pipe = self.redis.pipeline(transaction=True)
         key = input_key(request.request_id)
         if text is not None:
             pipe.xadd(key, cast(Any, InputPiece(InputKind.TEXT, text).to_fields()))
             pipe.xadd(key, cast(Any, InputPiece(InputKind.END).to_fields()))
         pipe.expire(key, int(self.settings.output_ttl_s) + 60)
+        if backpressure:  # the client took nothing yet
+            ttl_s = self.read_mark_ttl_s(request.deadline_ms)
+            pipe.set(read_key(request.request_id), 0, ex=ttl_s)
         pipe.xadd(requests_key(request.engine), cast(Any, request.to_fields()))
         await pipe.execute()
+
+    def read_mark_ttl_s(self, deadline_ms: int) -> int:
+        """How long a stream's read mark is kept: past its deadline and the resume window."""
+        remaining_s = max(0, deadline_ms - now_ms()) // 1000
+        return remaining_s + int(self.settings.output_ttl_s) + 60
+
+    async def mark_read(self, request_id: str, read_ms: int, deadline_ms: int) -> None:
+        """The stream's client has taken its output up to ``read_ms`` (the stream's clock):
+        the worker may render ``max_unread_output_s`` beyond it."""
+        await self.redis.set(read_key(request_id), read_ms, ex=self.read_mark_ttl_s(deadline_ms))
 
     async def send_input(self, request_id: str, piece: InputPiece) -> None:
         await self.redis.xadd(input_key(request_id), cast(Any, piece.to_fields()))

@@ -109,6 +109,14 @@ OWNER_KEY = LaneKey(
     "`output_ttl_s`, refreshed by each append",
     "worker",
 )
+READ_KEY = LaneKey(
+    f"{PREFIX}read:{{request_id}}",
+    "string",
+    "how far the stream's client has taken its output (ms on the stream's clock, the pts of "
+    "the last audio handed to it): the worker renders at most `max_unread_output_s` beyond it",
+    "the deadline + `output_ttl_s` + 60 s: set at submission, refreshed by each update",
+    "front",
+)
 TENANT_KEY = LaneKey(
     f"{PREFIX}tenant:{{request_id}}",
     "string",
@@ -119,7 +127,8 @@ TENANT_KEY = LaneKey(
 TENANT_STREAMS_KEY = LaneKey(
     f"{PREFIX}tenant-streams:{{tenant}}",
     "zset",
-    "the tenant's open streams scored by deadline (unix ms): its streams quota",
+    "the tenant's open streams scored by deadline (unix ms): its streams quota (a resume's "
+    "member is `{request_id}~resume-{random}`)",
     "expires at the latest deadline; members past theirs are dropped",
     "front",
 )
@@ -153,6 +162,7 @@ KEYS: tuple[LaneKey, ...] = (
     CANCEL_KEY,
     HEARTBEAT_KEY,
     OWNER_KEY,
+    READ_KEY,
     TENANT_KEY,
     TENANT_STREAMS_KEY,
     WORKERS_KEY,
@@ -175,6 +185,7 @@ output_key = OUTPUT_KEY.key
 cancel_key = CANCEL_KEY.key
 heartbeat_key = HEARTBEAT_KEY.key
 owner_key = OWNER_KEY.key
+read_key = READ_KEY.key
 tenant_key = TENANT_KEY.key
 tenant_streams_key = TENANT_STREAMS_KEY.key
 wake_key = WAKE_KEY.key

@@ -34,6 +34,7 @@ from voicelane.core.lane.keys import (
     input_key,
     output_key,
     owner_key,
+    read_key,
     requests_key,
     workers_key,
 )
@@ -116,6 +117,22 @@ class WorkerBatch:
             return
         self._pipe.mget([cancel_key(i) for i in ids])
         self._add(1, lambda r: {i for i, mark in zip(ids, r[0], strict=True) if mark})
+
+    def read_marks(self, request_ids: Sequence[str]) -> None:
+        """Value: ``{request id: ms}``, how far each request's client has taken its output
+        (the front's read mark); None for a request without one (a front of the previous
+        release, which writes none: no backpressure)."""
+        ids = list(request_ids)
+        if not ids:
+            self._add(0, lambda _: {})
+            return
+        self._pipe.mget([read_key(i) for i in ids])
+        self._add(
+            1,
+            lambda r: {
+                i: None if mark is None else int(mark) for i, mark in zip(ids, r[0], strict=True)
+            },
+        )
 
     def read_inputs(self, after_ids: Mapping[str, str], *, count: int = 256) -> None:
         """One non-blocking XREAD over many requests' input. Value: ``{request id: [(entry

@@ -68,6 +68,13 @@ class RealtimeSettings(BaseModel):
     playback: real-time work stays just ahead of the listener, leaving the GPU to batch work."""
     encode_ahead_s: float = Field(0.5, ge=0)
     """Resampling and Opus encoding run at most this far ahead of playback."""
+    max_unread_output_s: float = Field(5.0, gt=0)
+    """Backpressure: a worker stops rendering a stream ahead while more than this much of its
+    audio is in Redis and not yet taken by the stream's client (the front's read mark,
+    ``vl:rt:read:{id}``), and waits for the client up to the stream's deadline. Redis holds
+    per stream at most what its client took plus this window (per tenant: that times its
+    open streams, ``tenant_max_streams``). Keep it above ``lookahead_s``: a live stream runs
+    that far ahead of a client that reads in real time."""
     frames_per_chunk: int = Field(10, ge=1)
     """Opus packets (20 ms each) per AudioChunk message, once the first chunk is out."""
     opus_bitrate_bps: int = Field(32000, ge=6000, le=510000)

@@ -19,7 +19,7 @@ from tests.support.engines import RecordingEngine
 from tests.support.stack import wait_for
 from voicelane.common.audio import OpusStreamDecoder
 from voicelane.core.lane.front import RealtimeClient
-from voicelane.core.lane.keys import GROUP, cancel_key, output_key, requests_key
+from voicelane.core.lane.keys import GROUP, cancel_key, output_key, read_key, requests_key
 from voicelane.core.lane.messages import (
     EventKind,
     InputKind,
@@ -352,6 +352,59 @@ def test_a_live_stream_is_paced_and_a_file_style_one_is_not(
     assert live_wall_s >= live_audio_s - SETTINGS.encode_ahead_s - 0.5
     # File-style: nothing waits for playback (espeak renders ~1000x real time).
     assert file_wall_s < live_audio_s / 2
+
+
+def test_a_stream_whose_client_does_not_read_waits_and_the_others_go_on(
+    redis_url: str, espeak_consumer: RealtimeConsumer
+) -> None:
+    """Backpressure (issue 26, item 1): a file-style stream submitted with a read mark is
+    rendered at most ``max_unread_output_s`` beyond what its client took, however long its
+    text; another stream of the same worker (here one without a read mark, as a front of the
+    previous release submits it: no backpressure) renders whole meanwhile; once the client
+    reads, the waiting stream goes on to its end, whole."""
+    window_ms = SETTINGS.max_unread_output_s * 1000
+    waiting, other = request(paced=False), request(paced=False)
+
+    async def go() -> None:
+        client = RealtimeClient.from_url(redis_url)
+        await client.submit(waiting, LONG_TEXT, backpressure=True)
+        await client.submit(other, LONG_TEXT)
+        await client.close()
+
+    asyncio.run(go())
+    other_got = events(redis_url, other.request_id)
+    assert other_got[-1].kind is EventKind.END
+    whole_ms = other_got[-1].pts_ms
+    assert whole_ms > 2 * window_ms  # the text is longer than the window
+    client = redis.Redis.from_url(redis_url)
+
+    def output(rid: str) -> list[OutputEvent]:
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(output_key(rid))  # type: ignore[assignment]
+        return [OutputEvent.from_fields(f) for _, f in entries]
+
+    try:
+        # Nobody read: the waiting stream stopped at the window (its last entry starts within
+        # it), never reaching its end, while the other stream rendered all of its audio.
+        got = wait_for(
+            lambda: audio_of(output(waiting.request_id)), 10, "the waiting stream's first audio"
+        )
+        got = output(waiting.request_id)
+        assert got[-1].kind is EventKind.AUDIO
+        assert audio_of(got)[-1].pts_ms <= window_ms
+
+        def read_along() -> list[OutputEvent] | None:
+            """A client taking everything written so far (the front's read mark)."""
+            got = output(waiting.request_id)
+            if audio_of(got):
+                client.set(read_key(waiting.request_id), audio_of(got)[-1].pts_ms)
+            return got if got[-1].kind in (EventKind.END, EventKind.ERROR) else None
+
+        got = wait_for(read_along, 30, "the waiting stream to end once read")
+    finally:
+        client.close()
+    assert got[-1].kind is EventKind.END and got[-1].pts_ms == pytest.approx(whole_ms, abs=50)
+    audio = audio_of(got)
+    assert [e.seq for e in audio] == list(range(len(audio)))
 
 
 def test_sessions_do_not_cost_a_thread_each(
