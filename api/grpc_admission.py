@@ -34,9 +34,9 @@ from voicelane.api.grpc_auth import (
     PUBLIC_METHOD_PREFIXES,
     Continuation,
     Handler,
-    _behavior,
-    _replace_behavior,
     current_tenant,
+    handler_behavior,
+    replace_behavior,
 )
 from voicelane.api.grpc_errors import Context, abort
 from voicelane.common.errors import NoCapacityError, QuotaExceededError, VoicelaneError
@@ -110,7 +110,7 @@ class AdmissionInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or method in UNCOUNTED_METHODS:
             return handler
         public = method.startswith(PUBLIC_METHOD_PREFIXES)
-        return _replace_behavior(handler, _admitted(_behavior(handler), self.limits, public))
+        return replace_behavior(handler, _admitted(handler_behavior(handler), self.limits, public))
 
 
 def _admitted(behavior: Callable[..., Any], limits: CallLimits, public: bool) -> Callable[..., Any]:

@@ -71,11 +71,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             tenant = self._keys.tenant_for_header(header)
         except AuthError as error:
             log.info("refused %s: %s", method, error.message)
-            return _replace_behavior(handler, _refusal(error))
-        return _replace_behavior(handler, _with_tenant(_behavior(handler), tenant))
+            return replace_behavior(handler, _refusal(error))
+        return replace_behavior(handler, _with_tenant(handler_behavior(handler), tenant))
 
 
-def _behavior(handler: Handler) -> Callable[..., Any]:
+def handler_behavior(handler: Handler) -> Callable[..., Any]:
     behavior = handler.unary_unary or handler.unary_stream
     behavior = behavior or handler.stream_unary or handler.stream_stream
     if behavior is None:
@@ -112,7 +112,7 @@ def _with_tenant(behavior: Callable[..., Any], tenant: str) -> Callable[..., Any
     return streaming if inspect.isasyncgenfunction(behavior) else unary
 
 
-def _replace_behavior(
+def replace_behavior(
     handler: Handler,
     behavior: Callable[..., Any],
     request_deserializer: Callable[[bytes], Any] | None = None,

@@ -24,7 +24,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from voicelane.api.failures import grpc_reply
-from voicelane.api.grpc_auth import Continuation, Handler, _behavior, _replace_behavior
+from voicelane.api.grpc_auth import Continuation, Handler, handler_behavior, replace_behavior
 from voicelane.api.grpc_errors import abort
 from voicelane.common.errors import InvalidInputError
 
@@ -65,8 +65,8 @@ class DecodeInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
-        behavior = _checked(_behavior(handler), streamed=handler.request_streaming)
-        return _replace_behavior(handler, behavior, tolerant(handler.request_deserializer))
+        behavior = _checked(handler_behavior(handler), streamed=handler.request_streaming)
+        return replace_behavior(handler, behavior, tolerant(handler.request_deserializer))
 
 
 def _checked(behavior: Callable[..., Any], *, streamed: bool) -> Callable[..., Any]:

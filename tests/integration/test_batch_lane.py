@@ -61,6 +61,7 @@ def lane(
     try:
         lane.gpu_worker()
         lane.cpu_worker()
+        lane.callback_worker()  # the callbacks queue's own consumer, as `voicelane up` runs it
         lane.api()
         yield lane
     finally:
