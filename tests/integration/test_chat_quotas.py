@@ -133,9 +133,7 @@ def test_a_tenant_waiting_for_slots_does_not_hold_up_another_tenants_chat(
                 other.post("/v1/chat/completions", json=body(other_question))
             )
             # other's chat reaches Ollama while acme's requests still wait for slots.
-            await standin.wait_until(
-                lambda s: len(generations_of(s, other_question)) == 1, WAIT_S
-            )
+            await standin.wait_until(lambda s: len(generations_of(s, other_question)) == 1, WAIT_S)
             assert len(generations_of(standin, question)) == MAX_PARALLEL - 1
             # What is over acme's queue's bound was refused at once.
             done, _ = await asyncio.wait(flooding, timeout=WAIT_S, return_when="FIRST_COMPLETED")
