@@ -446,35 +446,39 @@ class GenerationSlots:
     """``total`` generation slots shared by tenants: at most ``per_tenant`` held by one
     tenant, at most ``max_queued`` of one tenant's requests waiting; a freed slot goes to the
     next tenant in turn that has a waiter and room under its cap (round robin), first come
-    first served within a tenant. One event loop's (asyncio, no locks needed)."""
+    first served within a tenant. A request of no tenant (``None``: the bridge's own users,
+    never a front's) is bound by ``total`` only. One event loop's (asyncio, no locks)."""
 
     def __init__(self, total: int, *, per_tenant: int, max_queued: int) -> None:
         self.total = total
         self.per_tenant = min(per_tenant, total)
         self.max_queued = max_queued
         self._free = total
-        self._held: dict[str, int] = {}
-        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
-        self._turns: deque[str] = deque()
+        self._held: dict[str | None, int] = {}
+        self._waiting: dict[str | None, deque[asyncio.Future[None]]] = {}
+        self._turns: deque[str | None] = deque()
         """Tenants with waiters, in the order they are served next."""
 
-    def held(self, tenant: str) -> int:
+    def held(self, tenant: str | None) -> int:
         return self._held.get(tenant, 0)
 
-    def waiting(self, tenant: str) -> int:
+    def waiting(self, tenant: str | None) -> int:
         return len(self._waiting.get(tenant, ()))
 
-    async def acquire(self, tenant: str, *, timeout_s: float) -> None:
+    def _cap(self, tenant: str | None) -> int:
+        return self.total if tenant is None else self.per_tenant
+
+    async def acquire(self, tenant: str | None, *, timeout_s: float) -> None:
         """A slot for ``tenant``: at once when one is free (and the tenant is under its cap
         with no one of its own ahead), else after its turn; QuotaExceededError when the
         tenant's queue is full, UnavailableError after ``timeout_s``."""
-        if self._free > 0 and self.held(tenant) < self.per_tenant and not self.waiting(tenant):
+        if self._free > 0 and self.held(tenant) < self._cap(tenant) and not self.waiting(tenant):
             self._take(tenant)
             return
         queue = self._waiting.get(tenant)
         if queue is None:
             queue = self._waiting[tenant] = deque()
-        if len(queue) >= self.max_queued:
+        if tenant is not None and len(queue) >= self.max_queued:
             raise QuotaExceededError(
                 f"tenant {tenant!r} already has {len(queue)} replies waiting for the LLM "
                 f"(at most {self.max_queued}); retry when one has finished",
@@ -500,7 +504,7 @@ class GenerationSlots:
                 ) from None
             raise
 
-    def release(self, tenant: str) -> None:
+    def release(self, tenant: str | None) -> None:
         """Give one of ``tenant``'s slots back; the next waiter in turn gets it."""
         held = self._held.get(tenant, 0) - 1
         if held > 0:
@@ -510,11 +514,11 @@ class GenerationSlots:
         self._free += 1
         self._hand_out()
 
-    def _take(self, tenant: str) -> None:
+    def _take(self, tenant: str | None) -> None:
         self._free -= 1
         self._held[tenant] = self.held(tenant) + 1
 
-    def _forget(self, tenant: str, waiter: asyncio.Future[None]) -> None:
+    def _forget(self, tenant: str | None, waiter: asyncio.Future[None]) -> None:
         queue = self._waiting.get(tenant)
         if queue is None:
             return
@@ -532,7 +536,7 @@ class GenerationSlots:
         while self._free > 0 and self._turns and skipped < len(self._turns):
             tenant = self._turns[0]
             queue = self._waiting[tenant]
-            if self.held(tenant) >= self.per_tenant:
+            if self.held(tenant) >= self._cap(tenant):
                 self._turns.rotate(-1)
                 skipped += 1
                 continue
@@ -602,13 +606,14 @@ class LlmBridge:
         *,
         model: str | None = None,
         system: str | None = None,
-        tenant: str = "",
+        tenant: str | None = None,
     ) -> LlmReply:
         """Validate, trim, wait for one of ``tenant``'s generation slots (in its queue, in
         turn with the other tenants'; QuotaExceededError when its queue is full), start the
         stream and wait for its first chunk (so request-level errors raise here, typed), then
         return; iterating yields the first delta and the rest. Cancelling the caller while it
-        waits leaves the queue; closing the reply frees the slot."""
+        waits leaves the queue; closing the reply frees the slot. Every front names the
+        tenant; ``None`` (the bridge's own users, tests) is bound by ``max_parallel`` only."""
         settings = self.settings
         model = model or settings.model
         try:
