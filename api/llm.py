@@ -536,6 +536,12 @@ class GenerationSlots:
         while self._free > 0 and self._turns and skipped < len(self._turns):
             tenant = self._turns[0]
             queue = self._waiting[tenant]
+            while queue and queue[0].done():  # cancelled; its task has not left the queue yet
+                queue.popleft()
+            if not queue:
+                del self._waiting[tenant]
+                self._turns.popleft()
+                continue
             if self.held(tenant) >= self._cap(tenant):
                 self._turns.rotate(-1)
                 skipped += 1

@@ -190,3 +190,29 @@ def test_a_client_that_leaves_frees_its_generation_and_its_queued_chats(
     assert 1 <= len(started) <= MAX_PARALLEL - 1 + 1
     assert all(g.tokens_sent == 0 and g.stopped_on_disconnect for g in started)
     assert len(generations_of(standin, after)) == 1
+
+
+def test_a_streamed_chat_whose_client_leaves_mid_reply_stops_generating(
+    front: Stack, standin: OllamaStandin
+) -> None:
+    """The reply stalls after a few tokens (the stand-in's ``stall`` model: nothing more
+    until its client leaves): the client leaving is noticed at once, not at the next event
+    (which would come only at the bridge's read timeout, 30 s)."""
+    question = "A streamed reply that nobody reads to its end?"
+
+    async def run() -> None:
+        request = {**body(question, stream=True), "model": standin.config.stall_model}
+        async with (
+            client(front, ACME_KEY) as acme,
+            acme.stream("POST", "/v1/chat/completions", json=request) as sse,
+        ):
+            assert sse.status_code == 200
+            async for line in sse.aiter_lines():
+                if '"content": "' in line and '"content": ""' not in line:
+                    break  # the first text delta: the client leaves
+
+    asyncio.run(run())
+    (generation,) = generations_of(standin, question)
+    asyncio.run(standin.wait_until(lambda _: generation.disconnected_at is not None, WAIT_S))
+    assert generation.stopped_on_disconnect
+    assert generation.tokens_sent < generation.tokens_planned

@@ -617,6 +617,21 @@ async def test_a_waiter_that_leaves_or_waits_too_long_leaves_the_queue() -> None
 
 
 @async_test
+async def test_a_slot_freed_as_its_waiter_is_cancelled_is_not_lost() -> None:
+    """The waiter's task is cancelled (its future with it) and the slot is freed in the same
+    turn of the loop, before the task has left the queue: the slot must stay free."""
+    slots = GenerationSlots(1, per_tenant=1, max_queued=2)
+    await granted(slots, "acme")
+    leaving = await granted(slots, "acme")
+    leaving.cancel()
+    slots.release("acme")
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    assert slots.held("acme") == 0 and slots.waiting("acme") == 0
+    assert (await granted(slots, "acme")).done()
+
+
+@async_test
 async def test_a_request_of_no_tenant_is_bound_by_the_total_only() -> None:
     slots = GenerationSlots(2, per_tenant=1, max_queued=0)
     both = [await granted(slots, None) for _ in range(2)]
