@@ -41,7 +41,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request
@@ -159,8 +159,9 @@ async def _answer(
             request.receive, state.llm.reply(turns, model=model, tenant=tenant)
         )
         if body.stream:
-            return _sse(completion.text_stream(reply))
-        return JSONResponse(await _unless_gone(request.receive, completion.text_whole(reply)))
+            return _sse(completion.text_stream(reply), release=reply.aclose)
+        async with contextlib.aclosing(reply):  # closed even when the client left first
+            return JSONResponse(await _unless_gone(request.receive, completion.text_whole(reply)))
     options = body.audio or AudioOptions()
     encoding = CHAT_FORMATS.get(options.format.lower())
     if encoding is None:
@@ -191,8 +192,10 @@ async def _answer(
         await events.aclose()
         raise
     if body.stream:
-        return _sse(completion.audio_stream(first, events))
-    return JSONResponse(await _unless_gone(request.receive, completion.audio_whole(first, events)))
+        return _sse(completion.audio_stream(first, events), release=events.aclose)
+    async with contextlib.aclosing(events):  # closed even when the client left first
+        whole = await _unless_gone(request.receive, completion.audio_whole(first, events))
+    return JSONResponse(whole)
 
 
 class _ClientLeftError(Exception):
@@ -224,9 +227,16 @@ async def _unless_gone(receive: Receive, work: Awaitable[T]) -> T:
 
 
 class _EventStream(StreamingResponse):
-    """Server-sent events that stop as soon as the client leaves, not at the next event: a
-    reply waiting for its next token holds a generation slot. The events' iterator is
-    cancelled (its reply closed) either way."""
+    """Server-sent events that stop as soon as the client leaves, not at the next event
+    (whatever the server's ASGI version: with 2.4 Starlette notices only when a send fails):
+    a reply waiting for its next token holds a generation slot. ``release`` (the reply's or
+    the chat's close) is awaited however the response ends, even one never started."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], *, release: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = asyncio.ensure_future(self.stream_response(send))
@@ -240,12 +250,15 @@ class _EventStream(StreamingResponse):
             aclose = getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
+            await self._release()
         error = None if stream.cancelled() else stream.exception()
         if error is not None and not isinstance(error, OSError):  # OSError: the client left
             raise error
 
 
-def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+def _sse(
+    events: AsyncIterator[dict[str, Any]], *, release: Callable[[], Awaitable[None]]
+) -> StreamingResponse:
     async def lines() -> AsyncIterator[bytes]:
         try:
             async for event in events:
@@ -254,7 +267,7 @@ def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
         except Exception as error:
             yield _sse_event(sse_error(error, where="chat completion stream"))
 
-    return _EventStream(lines(), media_type="text/event-stream")
+    return _EventStream(lines(), release=release)
 
 
 def _sse_event(data: dict[str, Any]) -> bytes:
