@@ -14,11 +14,14 @@ any stream), asks the LLM (:mod:`voicelane.api.llm`, Ollama), and runs two tasks
   text included).
 
 The last event is :class:`ChatDone`: the LLM's token counts and timings, time to first token,
-time to first audio. Errors: the LLM's before the reply starts (model not found, Ollama
-unreachable) end the chat before any audio; an error mid-reply ends the conversation with what
-was already sent, lets its audio play out, then raises. Leaving early (barge-in) closes the LLM
-stream (Ollama stops generating) and cancels the conversation: the worker drops its pending
-sentences before its next batch step.
+time to first audio. Quotas: the conversation takes a token of the tenant's request rate and
+one of its open streams (:meth:`StreamGateway.converse`), the reply one of the tenant's
+generation slots (:class:`voicelane.api.llm.GenerationSlots`: its own queue, bounded, served
+in turn with the other tenants'). Errors: the LLM's before the reply starts (model not found,
+Ollama unreachable) end the chat before any audio; an error mid-reply ends the conversation
+with what was already sent, lets its audio play out, then raises. Leaving early (barge-in)
+closes the LLM stream (Ollama stops generating) and cancels the conversation: the worker drops
+its pending sentences before its next batch step.
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ async def chat(
     )
     run = _ChatRun(conversation, started)
     try:
-        reply = await bridge.reply(ask.messages, model=ask.model, system=ask.system)
+        reply = await bridge.reply(ask.messages, model=ask.model, system=ask.system, tenant=tenant)
     except BaseException:
         await conversation.close()
         metrics.CONVERSATIONS.labels(outcome="refused").inc()

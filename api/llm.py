@@ -12,10 +12,17 @@ version the operator runs, the protocol is the client's business. What the bridg
   (a CJK character ≈ 1 token, other text ≈ 4 characters per token, 4 per message), the oldest
   non-system messages dropped whole until system + history + ``reply_reserve_tokens`` fit
   ``num_ctx``; a last message that does not fit alone is refused;
-* **a cap on generations** — at most ``max_parallel`` in flight (Ollama's
-  ``OLLAMA_NUM_PARALLEL``); later replies queue in the front, first come first served. The
-  bridge owns the cap: a front process has one bridge (built from its settings' ``llm``,
-  closed with the front), so the cap is the process's, for its one Ollama host;
+* **a cap on generations, shared fairly** — at most ``max_parallel`` in flight (Ollama's
+  ``OLLAMA_NUM_PARALLEL``), at most ``tenant_max_parallel`` of them one tenant's (default: all
+  but one, so another tenant always finds one). Later replies wait in their tenant's queue
+  (first come first served within it; at most ``tenant_max_queued``, one more is refused with
+  :class:`~voicelane.common.errors.QuotaExceededError`), and a freed slot goes to the tenants'
+  queues in turn (:class:`GenerationSlots`), so one tenant's backlog never holds up another's
+  chat by more than one turn. A wait longer than ``max_queue_wait_s`` is
+  :class:`~voicelane.common.errors.UnavailableError`; a waiter that is cancelled (its client
+  left) leaves the queue. The bridge owns the cap: a front process has one bridge (built from
+  its settings' ``llm``, closed with the front), so the cap is the process's, for its one
+  Ollama host;
 * **the first chunk before returning** — :meth:`LlmBridge.reply` returns once Ollama sent
   its first chunk, so request-level errors (a missing model, Ollama unreachable or busy) are
   raised there, typed, before anything was spoken; errors after that are raised by the
@@ -45,7 +52,8 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, cast
@@ -57,6 +65,7 @@ from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
     NotFoundError,
+    QuotaExceededError,
     ShuttingDownError,
     UnavailableError,
     VoicelaneError,
@@ -70,6 +79,8 @@ ROLES = ("system", "user", "assistant")
 TOKENS_PER_MESSAGE = 4
 CHARS_PER_TOKEN = 4
 BUSY_RETRY_AFTER_S = 1.0
+QUEUE_FULL_RETRY_AFTER_S = 1.0
+"""The retry hint of a reply refused because its tenant's queue for slots is full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +271,7 @@ class LlmReply:
         options: Mapping[str, Any],
         keep_alive: str,
         trimmed_messages: int,
-        slots: asyncio.Semaphore,
+        release: Callable[[], None],
     ) -> None:
         self.trimmed_messages = trimmed_messages
         """History messages dropped to fit ``num_ctx``."""
@@ -272,7 +283,7 @@ class LlmReply:
         self._messages = messages
         self._options = dict(options)
         self._keep_alive = keep_alive
-        self._slots = slots
+        self._release = release
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._first_chunk: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._error: VoicelaneError | None = None
@@ -329,7 +340,7 @@ class LlmReply:
     def _ended(self, task: asyncio.Task[None]) -> None:
         """Always runs, even for a task cancelled before it started: frees the slot, counts
         the outcome, ends the iteration."""
-        self._slots.release()
+        self._release()
         metrics.OLLAMA_BATCH_SIZE.labels(host=self.host).dec()
         if self.stats is not None:
             outcome = "ok"
@@ -428,19 +439,137 @@ def _stats(part: ollama.ChatResponse, model: str, ttft_ms: float) -> LlmStats:
     )
 
 
+# ---- the generation slots ---------------------------------------------------------------------
+
+
+class GenerationSlots:
+    """``total`` generation slots shared by tenants: at most ``per_tenant`` held by one
+    tenant, at most ``max_queued`` of one tenant's requests waiting; a freed slot goes to the
+    next tenant in turn that has a waiter and room under its cap (round robin), first come
+    first served within a tenant. A request of no tenant (``None``: the bridge's own users,
+    never a front's) is bound by ``total`` only. One event loop's (asyncio, no locks)."""
+
+    def __init__(self, total: int, *, per_tenant: int, max_queued: int) -> None:
+        self.total = total
+        self.per_tenant = min(per_tenant, total)
+        self.max_queued = max_queued
+        self._free = total
+        self._held: dict[str | None, int] = {}
+        self._waiting: dict[str | None, deque[asyncio.Future[None]]] = {}
+        self._turns: deque[str | None] = deque()
+        """Tenants with waiters, in the order they are served next."""
+
+    def held(self, tenant: str | None) -> int:
+        return self._held.get(tenant, 0)
+
+    def waiting(self, tenant: str | None) -> int:
+        return len(self._waiting.get(tenant, ()))
+
+    def _cap(self, tenant: str | None) -> int:
+        return self.total if tenant is None else self.per_tenant
+
+    async def acquire(self, tenant: str | None, *, timeout_s: float) -> None:
+        """A slot for ``tenant``: at once when one is free (and the tenant is under its cap
+        with no one of its own ahead), else after its turn; QuotaExceededError when the
+        tenant's queue is full, UnavailableError after ``timeout_s``."""
+        if self._free > 0 and self.held(tenant) < self._cap(tenant) and not self.waiting(tenant):
+            self._take(tenant)
+            return
+        queue = self._waiting.get(tenant)
+        if queue is None:
+            queue = self._waiting[tenant] = deque()
+        if tenant is not None and len(queue) >= self.max_queued:
+            raise QuotaExceededError(
+                f"tenant {tenant!r} already has {len(queue)} replies waiting for the LLM "
+                f"(at most {self.max_queued}); retry when one has finished",
+                retry_after_s=QUEUE_FULL_RETRY_AFTER_S,
+            )
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(waiter)
+        if tenant not in self._turns:
+            self._turns.append(tenant)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter
+        except BaseException as error:
+            if waiter.done() and not waiter.cancelled():
+                self.release(tenant)  # granted as it was cancelled: hand the slot on
+            else:
+                waiter.cancel()
+                self._forget(tenant, waiter)
+            if isinstance(error, TimeoutError):
+                raise UnavailableError(
+                    f"no LLM generation slot came free within {timeout_s:g} s",
+                    retry_after_s=BUSY_RETRY_AFTER_S,
+                ) from None
+            raise
+
+    def release(self, tenant: str | None) -> None:
+        """Give one of ``tenant``'s slots back; the next waiter in turn gets it."""
+        held = self._held.get(tenant, 0) - 1
+        if held > 0:
+            self._held[tenant] = held
+        else:
+            self._held.pop(tenant, None)
+        self._free += 1
+        self._hand_out()
+
+    def _take(self, tenant: str | None) -> None:
+        self._free -= 1
+        self._held[tenant] = self.held(tenant) + 1
+
+    def _forget(self, tenant: str | None, waiter: asyncio.Future[None]) -> None:
+        queue = self._waiting.get(tenant)
+        if queue is None:
+            return
+        if waiter in queue:
+            queue.remove(waiter)
+        if not queue:
+            del self._waiting[tenant]
+            if tenant in self._turns:
+                self._turns.remove(tenant)
+        self._hand_out()  # a capped tenant's waiter leaving may let nobody in; cheap anyway
+
+    def _hand_out(self) -> None:
+        """Free slots to waiters: tenants in turn, each served goes to the back."""
+        skipped = 0
+        while self._free > 0 and self._turns and skipped < len(self._turns):
+            tenant = self._turns[0]
+            queue = self._waiting[tenant]
+            while queue and queue[0].done():  # cancelled; its task has not left the queue yet
+                queue.popleft()
+            if not queue:
+                del self._waiting[tenant]
+                self._turns.popleft()
+                continue
+            if self.held(tenant) >= self._cap(tenant):
+                self._turns.rotate(-1)
+                skipped += 1
+                continue
+            waiter = queue.popleft()
+            self._take(tenant)
+            waiter.set_result(None)
+            self._turns.popleft()
+            if queue:
+                self._turns.append(tenant)
+            else:
+                del self._waiting[tenant]
+            skipped = 0
+
+
 # ---- the bridge -------------------------------------------------------------------------------
 
 
 class LlmBridge:
     """Replies from Ollama for the fronts, at most ``settings.max_parallel`` at once (the
-    bridge's generation slots). Use it from one event loop (the front's): the HTTP client
-    and the slots belong to the loop that first used them (a later loop, as in tests, gets
-    fresh ones)."""
+    bridge's generation slots, shared fairly by tenants: :class:`GenerationSlots`). Use it
+    from one event loop (the front's): the HTTP client and the slots belong to the loop that
+    first used them (a later loop, as in tests, gets fresh ones)."""
 
     def __init__(self, settings: LlmSettings) -> None:
         self.settings = settings
         self._client: ollama.AsyncClient | None = None
-        self._slots = asyncio.Semaphore(settings.max_parallel)
+        self._slots = self._new_slots()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._replies: weakref.WeakSet[LlmReply] = weakref.WeakSet()
 
@@ -448,11 +577,24 @@ class LlmBridge:
     def host(self) -> str:
         return self.settings.host
 
-    def _bind_loop(self) -> tuple[ollama.AsyncClient, asyncio.Semaphore]:
+    def _new_slots(self) -> GenerationSlots:
+        settings = self.settings
+        return GenerationSlots(
+            settings.max_parallel,
+            per_tenant=settings.tenant_parallel,
+            max_queued=settings.tenant_max_queued,
+        )
+
+    @property
+    def slots(self) -> GenerationSlots:
+        """The generation slots (of the loop last used)."""
+        return self._slots
+
+    def _bind_loop(self) -> tuple[ollama.AsyncClient, GenerationSlots]:
         """The HTTP client and the generation slots of the running loop."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            self._slots = asyncio.Semaphore(self.settings.max_parallel)
+            self._slots = self._new_slots()
             self._client = None  # the last loop's, unusable here
             self._loop = loop
         if self._client is None:
@@ -470,10 +612,14 @@ class LlmBridge:
         *,
         model: str | None = None,
         system: str | None = None,
+        tenant: str | None = None,
     ) -> LlmReply:
-        """Validate, trim, wait for a generation slot (queueing beyond ``max_parallel``),
-        start the stream and wait for its first chunk (so request-level errors raise here,
-        typed), then return; iterating yields the first delta and the rest."""
+        """Validate, trim, wait for one of ``tenant``'s generation slots (in its queue, in
+        turn with the other tenants'; QuotaExceededError when its queue is full), start the
+        stream and wait for its first chunk (so request-level errors raise here, typed), then
+        return; iterating yields the first delta and the rest. Cancelling the caller while it
+        waits leaves the queue; closing the reply frees the slot. Every front names the
+        tenant; ``None`` (the bridge's own users, tests) is bound by ``max_parallel`` only."""
         settings = self.settings
         model = model or settings.model
         try:
@@ -489,9 +635,15 @@ class LlmBridge:
         client, slots = self._bind_loop()
         queued = time.monotonic()
         try:
-            await slots.acquire()
+            await slots.acquire(tenant, timeout_s=settings.max_queue_wait_s)
         except asyncio.CancelledError:
             metrics.LLM_REPLIES.labels(outcome="cancelled").inc()
+            raise
+        except QuotaExceededError:
+            metrics.LLM_REPLIES.labels(outcome="queue_full").inc()
+            raise
+        except UnavailableError:
+            metrics.LLM_REPLIES.labels(outcome="queue_timeout").inc()
             raise
         metrics.LLM_QUEUE_WAIT_S.observe(time.monotonic() - queued)
         # From here the reply owns the slot: its reading task frees it however it ends.
@@ -503,7 +655,7 @@ class LlmBridge:
             options=self._options(),
             keep_alive=settings.keep_alive,
             trimmed_messages=trimmed,
-            slots=slots,
+            release=lambda: slots.release(tenant),
         )
         self._replies.add(reply)
         try:
@@ -542,6 +694,7 @@ class LlmBridge:
 
 __all__ = [
     "ChatTurn",
+    "GenerationSlots",
     "LlmBridge",
     "LlmReply",
     "LlmStats",

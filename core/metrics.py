@@ -144,7 +144,7 @@ OLLAMA_TIME_TO_FIRST_TOKEN_S = Histogram(
 LLM_REPLIES = Counter(
     "voicelane_llm_replies_total",
     "LLM replies asked for, by how they ended: ok, cancelled, not_found, unavailable, "
-    "timeout, invalid",
+    "timeout, invalid, queue_full (the tenant's queue for slots), queue_timeout",
     ["outcome"],
 )
 LLM_TOKENS = Counter(

@@ -19,6 +19,14 @@
 * without ``"audio"`` in ``modalities``: the LLM's text only, as OpenAI answers
   (``message.content`` / ``delta.content``).
 
+Quotas: every chat, with audio or without, takes a token of the tenant's request rate
+(:class:`voicelane.core.quotas.RequestRate`, 429 with ``Retry-After``) and one of the tenant's
+LLM generation slots (:class:`voicelane.api.llm.GenerationSlots`: a bounded queue of its own,
+served in turn with the other tenants'); one with audio also one of its open streams. A client
+that leaves is noticed at once — while its chat waits for a slot, while the reply is being
+written, and between two events of a stream — and its reply is closed (Ollama stops
+generating, the slot goes to the next waiter).
+
 Errors are JSON bodies like every route's (an LLM that does not know the model: 404, Ollama
 unreachable: 503); an error after streaming began ends the stream with an ``error`` event
 (:func:`voicelane.api.failures.sse_error`: the same body, plus OpenAI's ``type``).
@@ -26,17 +34,20 @@ unreachable: 503); an error after streaming began ends the stream with an ``erro
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
+import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Literal
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
 
 from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, chat
 from voicelane.api.deps import State, Tenant
@@ -47,7 +58,11 @@ from voicelane.api.streams import StreamAsk
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import InvalidInputError
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["chat"])
+T = TypeVar("T")
+CLIENT_CLOSED_REQUEST = 499
+"""The status logged for a chat whose client left before its answer (nginx's; never sent)."""
 
 CHAT_FORMATS = {
     "pcm16": StreamEncoding.PCM,
@@ -113,11 +128,40 @@ async def chat_completions(request: Request, state: State, tenant: Tenant) -> An
     turns = [ChatTurn(m.role, m.text()) for m in body.messages]
     model = _llm_model(body.model)
     completion = _Completion(body.model or state.llm.settings.model)
+    try:
+        return await _answer(
+            request,
+            state=state,
+            tenant=tenant,
+            body=body,
+            completion=completion,
+            turns=turns,
+            model=model,
+        )
+    except _ClientLeftError:
+        log.info("chat completion %s: the client left before its answer", completion.id)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+async def _answer(
+    request: Request,
+    *,
+    state: State,
+    tenant: str,
+    body: ChatCompletionRequest,
+    completion: _Completion,
+    turns: list[ChatTurn],
+    model: str | None,
+) -> Any:
     if "audio" not in body.modalities:
-        reply = await state.llm.reply(turns, model=model)
+        await state.streams.rate.take(tenant)
+        reply = await _unless_gone(
+            request.receive, state.llm.reply(turns, model=model, tenant=tenant)
+        )
         if body.stream:
-            return _sse(completion.text_stream(reply))
-        return JSONResponse(await completion.text_whole(reply))
+            return _sse(completion.text_stream(reply), release=reply.aclose)
+        async with contextlib.aclosing(reply):  # closed even when the client left first
+            return JSONResponse(await _unless_gone(request.receive, completion.text_whole(reply)))
     options = body.audio or AudioOptions()
     encoding = CHAT_FORMATS.get(options.format.lower())
     if encoding is None:
@@ -141,13 +185,80 @@ async def chat_completions(request: Request, state: State, tenant: Tenant) -> An
         ),
     )
     events = chat(state.streams, state.llm, tenant, ask)
-    first = await anext(events)  # request-level errors (model, LLM, admission) raise here
+    try:
+        # request-level errors (model, LLM, admission, quotas) raise here
+        first = await _unless_gone(request.receive, anext(events))
+    except BaseException:
+        await events.aclose()
+        raise
     if body.stream:
-        return _sse(completion.audio_stream(first, events))
-    return JSONResponse(await completion.audio_whole(first, events))
+        return _sse(completion.audio_stream(first, events), release=events.aclose)
+    async with contextlib.aclosing(events):  # closed even when the client left first
+        whole = await _unless_gone(request.receive, completion.audio_whole(first, events))
+    return JSONResponse(whole)
 
 
-def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+class _ClientLeftError(Exception):
+    """The client disconnected before its answer was ready."""
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns when the client has disconnected (the request's body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(receive: Receive, work: Awaitable[T]) -> T:
+    """``work``'s result, or :class:`_ClientLeftError` once the client disconnects first (``work``
+    is cancelled then: a reply waiting for its slot leaves the queue, one being read is
+    closed)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.wait((task, gone))
+    if task.cancelled():
+        raise _ClientLeftError
+    return task.result()
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events that stop as soon as the client leaves, not at the next event
+    (whatever the server's ASGI version: with 2.4 Starlette notices only when a send fails):
+    a reply waiting for its next token holds a generation slot. ``release`` (the reply's or
+    the chat's close) is awaited however the response ends, even one never started."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], *, release: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream = asyncio.ensure_future(self.stream_response(send))
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait((stream, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (stream, gone):
+                task.cancel()
+            await asyncio.wait((stream, gone))
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            await self._release()
+        error = None if stream.cancelled() else stream.exception()
+        if error is not None and not isinstance(error, OSError):  # OSError: the client left
+            raise error
+
+
+def _sse(
+    events: AsyncIterator[dict[str, Any]], *, release: Callable[[], Awaitable[None]]
+) -> StreamingResponse:
     async def lines() -> AsyncIterator[bytes]:
         try:
             async for event in events:
@@ -156,7 +267,7 @@ def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
         except Exception as error:
             yield _sse_event(sse_error(error, where="chat completion stream"))
 
-    return StreamingResponse(lines(), media_type="text/event-stream")
+    return _EventStream(lines(), release=release)
 
 
 def _sse_event(data: dict[str, Any]) -> bytes:

@@ -104,6 +104,22 @@ class LlmSettings(BaseModel):
     max_parallel: int = Field(1, ge=1)
     """Generations in flight at once (the bridge's cap; more queue in the front);
     ``OLLAMA_NUM_PARALLEL`` is its default."""
+    tenant_max_parallel: int | None = Field(None, ge=1)
+    """One tenant's generations in flight at once in one front; None: all slots but one
+    (``max_parallel - 1``, at least 1), so another tenant always finds a slot free."""
+    tenant_max_queued: int = Field(4, ge=0)
+    """One tenant's replies waiting for a generation slot in one front; one more is refused
+    (429 / RESOURCE_EXHAUSTED with a retry hint). The tenants' queues are served in turn."""
+    max_queue_wait_s: float = Field(30.0, gt=0)
+    """The longest wait for a generation slot; longer: 503 / UNAVAILABLE with a retry hint."""
+
+    @property
+    def tenant_parallel(self) -> int:
+        """One tenant's generations at once: :attr:`tenant_max_parallel` or its default."""
+        if self.tenant_max_parallel is not None:
+            return min(self.tenant_max_parallel, self.max_parallel)
+        return max(1, self.max_parallel - 1)
+
     reply_reserve_tokens: int = Field(512, ge=0)
     """The part of the window kept free for the reply when trimming the history."""
     system: str = ""

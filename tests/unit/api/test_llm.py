@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from tests.support.aio import async_test_with
 from voicelane.api.llm import (
     ChatTurn,
+    GenerationSlots,
     LlmBridge,
     LlmReply,
     estimate_tokens,
@@ -39,6 +40,7 @@ from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
     NotFoundError,
+    QuotaExceededError,
     UnavailableError,
     grpc_status_name,
     http_status,
@@ -535,3 +537,114 @@ async def test_the_cap_belongs_to_the_bridge(standin: OllamaStandin) -> None:
             async with contextlib.aclosing(reply):
                 assert [d async for d in reply]
     assert standin.max_in_flight == 3
+
+
+# ---- the generation slots, shared by tenants -------------------------------------------------
+
+
+async def granted(slots: GenerationSlots, tenant: str | None) -> asyncio.Task[None]:
+    """``tenant``'s acquire, run up to its grant or its place in the queue."""
+    task = asyncio.create_task(slots.acquire(tenant, timeout_s=TEST_TIMEOUT_S))
+    await asyncio.sleep(0)  # one turn of the loop: granted, or queued
+    return task
+
+
+@async_test
+async def test_a_tenant_holds_at_most_its_share_and_another_finds_a_slot() -> None:
+    slots = GenerationSlots(2, per_tenant=1, max_queued=4)
+    first = await granted(slots, "acme")
+    second = await granted(slots, "acme")  # acme's share is taken: it waits
+    assert first.done() and not second.done()
+    other = await granted(slots, "other")
+    assert other.done() and slots.held("other") == 1
+    slots.release("acme")
+    await asyncio.sleep(0)
+    assert second.done() and slots.held("acme") == 1
+
+
+@async_test
+async def test_a_freed_slot_goes_to_the_tenants_in_turn() -> None:
+    slots = GenerationSlots(1, per_tenant=1, max_queued=3)
+    await granted(slots, "holder")
+    order: list[str] = []
+
+    async def wait(tenant: str, name: str) -> None:
+        await slots.acquire(tenant, timeout_s=TEST_TIMEOUT_S)
+        order.append(name)
+
+    waiters = [asyncio.create_task(wait("acme", f"acme{i}")) for i in range(3)]
+    await asyncio.sleep(0)
+    waiters.append(asyncio.create_task(wait("other", "other")))  # after all of acme's
+    await asyncio.sleep(0)
+    slots.release("holder")
+    for turn in ("acme", "other", "acme", "acme"):
+        await asyncio.sleep(0)
+        slots.release(turn)
+    await asyncio.gather(*waiters)
+    assert order == ["acme0", "other", "acme1", "acme2"]
+
+
+@async_test
+async def test_a_tenants_queue_is_bounded() -> None:
+    slots = GenerationSlots(1, per_tenant=1, max_queued=2)
+    await granted(slots, "acme")
+    queued = [await granted(slots, "acme") for _ in range(2)]
+    with pytest.raises(QuotaExceededError, match="2 replies waiting") as refused:
+        await slots.acquire("acme", timeout_s=TEST_TIMEOUT_S)
+    assert refused.value.retry_after_s is not None and refused.value.retry_after_s > 0
+    assert http_status(refused.value) == 429
+    other = await granted(slots, "other")  # another tenant's queue is its own
+    assert slots.waiting("other") == 1
+    for task in [*queued, other]:
+        task.cancel()
+
+
+@async_test
+async def test_a_waiter_that_leaves_or_waits_too_long_leaves_the_queue() -> None:
+    slots = GenerationSlots(1, per_tenant=1, max_queued=1)
+    await granted(slots, "holder")
+    leaving = await granted(slots, "acme")
+    leaving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    assert slots.waiting("acme") == 0
+    with pytest.raises(UnavailableError, match="no LLM generation slot came free") as late:
+        await slots.acquire("acme", timeout_s=0.01)
+    assert late.value.retry_after_s is not None
+    assert slots.waiting("acme") == 0
+    slots.release("holder")  # nobody waits: the slot stays free
+    assert (await granted(slots, "acme")).done()
+
+
+@async_test
+async def test_a_slot_freed_as_its_waiter_is_cancelled_is_not_lost() -> None:
+    """The waiter's task is cancelled (its future with it) and the slot is freed in the same
+    turn of the loop, before the task has left the queue: the slot must stay free."""
+    slots = GenerationSlots(1, per_tenant=1, max_queued=2)
+    await granted(slots, "acme")
+    leaving = await granted(slots, "acme")
+    leaving.cancel()
+    slots.release("acme")
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    assert slots.held("acme") == 0 and slots.waiting("acme") == 0
+    assert (await granted(slots, "acme")).done()
+
+
+@async_test
+async def test_a_request_of_no_tenant_is_bound_by_the_total_only() -> None:
+    slots = GenerationSlots(2, per_tenant=1, max_queued=0)
+    both = [await granted(slots, None) for _ in range(2)]
+    assert all(task.done() for task in both)
+    third = await granted(slots, None)  # queued, though max_queued is 0
+    assert not third.done()
+    slots.release(None)
+    await asyncio.sleep(0)
+    assert third.done()
+
+
+def test_a_tenants_share_of_the_slots_defaults_to_all_but_one() -> None:
+    assert LlmSettings(max_parallel=1).tenant_parallel == 1
+    assert LlmSettings(max_parallel=4).tenant_parallel == 3
+    assert LlmSettings(max_parallel=4, tenant_max_parallel=4).tenant_parallel == 4
+    assert LlmSettings(max_parallel=2, tenant_max_parallel=9).tenant_parallel == 2
