@@ -45,6 +45,11 @@ from voicelane.core.redis_clients import async_client
 from voicelane.core.rules import EngineCapabilities
 from voicelane.core.settings import RealtimeSettings
 
+FULL_MARGIN_RATIO = 0.02
+"""Redis counts as full (readiness: ``store_full``) within this share of its ``maxmemory``..."""
+FULL_MARGIN_MIN_BYTES = 1024 * 1024
+"""...and at least this many bytes of it."""
+
 
 class RealtimeClient:
     """What a front does with the lane: submit, feed text, read output, cancel, admit."""
@@ -238,16 +243,20 @@ class RealtimeClient:
         await self.redis.ping()
 
     async def refuses_writes(self) -> bool:
-        """Whether Redis is at its ``maxmemory`` and refuses every write (``noeviction``):
-        Redis's own test — used memory, less what it does not count against the limit (AOF
-        and replica buffers), over ``maxmemory``. One ``INFO memory``: no key, no write, so
-        readiness can ask it every few seconds for nothing (well under a millisecond)."""
+        """Whether Redis is at its ``maxmemory`` (``noeviction``) and refuses writes: Redis's
+        own measure — used memory, less what it does not count against the limit (AOF and
+        replica buffers) — within :data:`FULL_MARGIN_RATIO` of ``maxmemory`` (at least
+        :data:`FULL_MARGIN_MIN_BYTES`). A full Redis hovers at its limit (a refused write's
+        buffer is freed, the next small one fits), so the margin keeps the answer steady
+        while it refuses most writes. One ``INFO memory``: no key, no write, so readiness can
+        ask it every few seconds for nothing (well under a millisecond)."""
         memory = await self.redis.info("memory")
         limit_bytes = int(memory.get("maxmemory", 0))
         counted_bytes = int(memory.get("used_memory", 0)) - int(
             memory.get("mem_not_counted_for_evict", 0)
         )
-        return limit_bytes > 0 and counted_bytes > limit_bytes
+        margin_bytes = max(FULL_MARGIN_MIN_BYTES, int(limit_bytes * FULL_MARGIN_RATIO))
+        return limit_bytes > 0 and counted_bytes >= limit_bytes - margin_bytes
 
     async def _backlog(self, engine: str, *, limit: int) -> int:
         """Requests queued but not yet delivered to a worker, counted up to ``limit``."""
