@@ -121,7 +121,7 @@ async def stream_seconds(lane: Stack) -> tuple[float, float]:
         started = time.monotonic()
         call = stub.Synthesize(pb.SynthesizeRequest(text=LIVE_TEXT), metadata=metadata, timeout=120)
         async for chunk in call:
-            if first is None and chunk.audio:
+            if first is None and chunk.opus_packets:
                 first = time.monotonic() - started
         total = time.monotonic() - started
     return (first if first is not None else total), total
@@ -156,7 +156,8 @@ class MemoryPeak:
 
     def __init__(self, redis_url: str) -> None:
         self.client = redis.Redis.from_url(redis_url)
-        self.budget_bytes = int(self.client.config_get("maxmemory")["maxmemory"])
+        budget = self.client.config_get("maxmemory")["maxmemory"]
+        self.budget_bytes = int(budget or 0)
         self._peak = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -425,7 +426,9 @@ def table(idle: list[Sample], idle_peak_bytes: int, rows: list[Row], budget_byte
             f"{statistics.median(pick(s) for s in row.samples):.2f} s ({ratio:.2f}x)"
             for (_, pick), ratio in zip(METRICS, row_ratios, strict=True)
         ]
-        misses = [name for (name, _), r in zip(METRICS, row_ratios, strict=True) if r > TARGET_RATIO]
+        misses = [
+            name for (name, _), r in zip(METRICS, row_ratios, strict=True) if r > TARGET_RATIO
+        ]
         if row.peak_bytes >= budget_bytes:
             misses.append("Redis over budget")
         verdict = "PASS" if not misses else "FAIL: " + ", ".join(misses)
