@@ -258,7 +258,7 @@ class NeverReadingSpeech(AsyncFlood):
 
 class IdleConverse(AsyncFlood):
     """1,000 ``Converse`` calls on one channel that never send ``start``; each one the front
-    ends is opened again."""
+    ends is opened again (at the refusal's retry hint, if it gave one)."""
 
     COUNT = 1000
 
@@ -275,7 +275,8 @@ class IdleConverse(AsyncFlood):
                         self.outcomes["converse OK"] += 1
                     except grpc.aio.AioRpcError as error:
                         self.outcomes[f"converse {error.code().name}"] += 1
-                        await asyncio.sleep(0.05)
+                        hint = dict(await call.trailing_metadata() or ()).get("retry-after-ms")
+                        await asyncio.sleep(int(hint or 50) / 1000)  # back at the hint
 
             await asyncio.gather(*(one() for _ in range(self.COUNT)))
 
