@@ -293,6 +293,22 @@ def test_readyz_reports_redis_down(tmp_path: Path) -> None:
     assert "127.0.0.1" not in response.text and ":9" not in response.text  # nothing leaks
 
 
+def test_readyz_reports_storage_full(redis_url: str, tmp_path: Path) -> None:
+    # Repro (issue 26, item 8): /readyz answered ready with the storage's disk full. A
+    # threshold above any disk's free space stands for a full one (tests/unit/core/
+    # test_storage_local.py fills a real tmpfs).
+    settings = ApiSettings(redis_url=redis_url, api_keys=KEYS)
+    storage = LocalStorage(
+        LocalStorageSettings(root=tmp_path / "s", secret="s" * 40, min_free_bytes=2**62)
+    )
+    app = create_app(settings, storage=storage, enqueue=lambda *a, **k: None)
+    with TestClient(app, base_url="http://api") as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["problems"] == ["storage_full"]
+    assert str(tmp_path) not in response.text  # where it is stays in the log
+
+
 def test_signed_local_links_are_checked(api: tuple[TestClient, redis.Redis]) -> None:
     client, _ = api
     assert client.get("/v1/files/acme/x/audio.ogg?expires=1&sig=" + "0" * 64).status_code in (
