@@ -165,7 +165,7 @@ ATTEMPTS = Family(
     "hash",
     "chunk n -> attempts so far (a job's attempts are their sum)",
     Lifetime.RETENTION,
-    "chunks.py (record_attempt)",
+    "chunks.py (record_attempt, forgive_attempt)",
 )
 COMMITS = Family(
     PREFIX + "job:{job_id}:commits",

@@ -13,7 +13,6 @@ API from :meth:`LocalStorage.path_for`.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import hashlib
 import hmac
@@ -44,6 +43,7 @@ from voicelane.common.errors import (
 from voicelane.core.storage.base import (
     DEFAULT_CONTENT_TYPE,
     DEFAULT_PART_SIZE_BYTES,
+    FULL_ERRNOS,
     Storage,
     StoredObject,
     check_part_size,
@@ -98,10 +98,6 @@ def _local_secret(settings: LocalStorageSettings) -> bytes:
         "VOICELANE_STORAGE__LOCAL__SECRET (at least 32 characters) is required "
         "for the local storage backend unless dev mode is on"
     )
-
-
-FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-"""``OSError`` numbers that mean "no room" (disk or quota full): :class:`StorageFullError`."""
 
 
 @contextlib.contextmanager
