@@ -189,13 +189,19 @@ class BatchClient:
         text: str,
         *,
         max_queued_chars: int | None = None,
+        max_stored_bytes: int | None = None,
         job_id: str | None = None,
     ) -> Job:
         """Write the job to the ledger (within the tenant's queued-characters quota) and queue
         its planning. If the queue cannot take it, the job is failed at once (never left
         queued forever) and UnavailableError raised. ``job_id``: drawn by the caller."""
         job = self.ledger.jobs.create(
-            tenant, options, text, max_queued_chars=max_queued_chars, job_id=job_id
+            tenant,
+            options,
+            text,
+            max_queued_chars=max_queued_chars,
+            max_stored_bytes=max_stored_bytes,
+            job_id=job_id,
         )
         try:
             self.enqueue(PLAN_TASK, job.id)

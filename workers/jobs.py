@@ -60,7 +60,7 @@ from voicelane.core.speech_text import (
     Voicing,
     prepare_text,
 )
-from voicelane.core.storage import Storage
+from voicelane.core.storage import Storage, is_storage_full
 from voicelane.core.subtitles import SUBTITLE_FORMATS
 from voicelane.core.text import contains_cjk
 from voicelane.core.text_map import Mapped, Piece, replacement
@@ -434,6 +434,8 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
     except BaseException as error:
         ledger.chunks.release(job_id, n, lease)
         ledger.jobs.record_error(job_id, _one_line(error))
+        if is_storage_full(error):  # not the chunk's fault: retried with a long backoff
+            ledger.chunks.forgive_attempt(job_id, n)
         if is_permanent(error):
             fail_job(ctx, job_id, f"chunk {n}: {_one_line(error)}")
             return "failed"

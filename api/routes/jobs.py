@@ -137,6 +137,7 @@ async def submit_job(request: Request, state: State, tenant: Tenant) -> JSONResp
             options,
             text,
             max_queued_chars=state.settings.tenant_max_queued_chars,
+            max_stored_bytes=state.settings.tenant_max_stored_bytes,
             job_id=job_id,
         )
     except BaseException:

@@ -3,7 +3,8 @@
 ``/healthz`` touches nothing; ``/readyz`` asks Redis and storage with a short timeout each,
 so both answer within a second whatever Redis does, and name what is down without saying
 where it is or what it said (that goes to the log): ``redis`` (unreachable), ``store_full``
-(Redis answers but is at its ``maxmemory`` and refuses writes), ``storage``, ``llm``.
+(Redis answers but is at its ``maxmemory`` and refuses writes), ``storage``, ``storage_full``
+(the local storage's file system is under ``min_free_bytes`` free), ``llm``.
 ``/metrics`` needs the metrics token (``VOICELANE_METRICS_TOKEN``) when one is set; without
 one it is open in dev mode only.
 """
@@ -19,7 +20,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import FileResponse, JSONResponse, Response
 
 from voicelane.api.deps import ApiState, State, blocking
-from voicelane.common.errors import AuthError, JobNotFoundError
+from voicelane.common.errors import AuthError, JobNotFoundError, StorageFullError
 from voicelane.core.batch_lane import QUEUES
 from voicelane.core.storage import LocalStorage
 
@@ -36,6 +37,11 @@ EXPIRES_MAX_CHARS = 20
 STORE_FULL = "store_full"
 """The problem readiness names while Redis is reachable but at its ``maxmemory`` (it refuses
 writes; the fronts answer 503 ``store_full`` meanwhile)."""
+STORAGE_FULL = "storage_full"
+"""The problem readiness names while the local storage's file system has less free space
+than ``storage.local.min_free_bytes`` (jobs would fail to write their parts and outputs; the
+batch lane retries them with a long backoff meanwhile). Not probed for S3: a bucket has no
+free space to ask about; a full MinIO shows up as ``storage_full`` errors on writes."""
 
 
 @router.get("/healthz")
@@ -52,7 +58,10 @@ async def readyz(state: State) -> JSONResponse:
     results = await asyncio.gather(*probes.values(), return_exceptions=True)
     problems = []
     for name, result in zip(probes, results, strict=True):
-        if isinstance(result, BaseException):
+        if isinstance(result, StorageFullError):
+            problems.append(STORAGE_FULL)  # under min_free_bytes (or ENOSPC): writes will fail
+            log.warning("readiness: storage is full: %s", " ".join(str(result).split())[:200])
+        elif isinstance(result, BaseException):
             problems.append(name)
             detail = " ".join(str(result).split())[:200] or type(result).__name__
             log.warning("readiness: %s: %s", name, detail)

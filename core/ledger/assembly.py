@@ -13,7 +13,7 @@ import time
 import redis
 
 from voicelane.core.ledger.ending import ENDING, ending_args, ending_keys
-from voicelane.core.ledger.keys import ASSEMBLY_LOCK, JOB
+from voicelane.core.ledger.keys import ASSEMBLY_LOCK, JOB, STORED_BYTES
 from voicelane.core.ledger.locks import LIBRARY, Locks, ttl_ms
 from voicelane.core.ledger.lua import register
 from voicelane.core.ledger.records import text_of
@@ -75,6 +75,7 @@ class Assembly:
                 sha256,
                 owner,
                 *ending_args(),
+                *STORED_BYTES.around(),
             ],
         )
         return FinishOutcome(text_of(outcome) or "")

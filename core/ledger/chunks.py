@@ -109,6 +109,15 @@ class Chunks:
         """Count one more attempt at chunk ``n``; returns its attempts so far."""
         return int(self.redis.hincrby(ATTEMPTS.key(job_id), str(n), 1))
 
+    def forgive_attempt(self, job_id: str, n: int) -> int:
+        """Take back one attempt at chunk ``n`` (one that failed for want of storage room,
+        which is not the chunk's fault); returns its attempts so far, never below 0."""
+        attempts = int(self.redis.hincrby(ATTEMPTS.key(job_id), str(n), -1))
+        if attempts < 0:
+            self.redis.hset(ATTEMPTS.key(job_id), str(n), 0)
+            return 0
+        return attempts
+
     def lease_holder(self, job_id: str, n: int) -> str | None:
         """The worker holding chunk ``n``'s lease, if any."""
         held = text_of(cast(bytes | None, self.redis.get(CHUNK_LEASE.key(job_id, n))))

@@ -27,6 +27,7 @@ from voicelane.core.ledger.keys import (
     JOB,
     JOB_PLAN,
     JOB_TEXT,
+    STORED_BYTES,
     TENANT_JOBS,
 )
 from voicelane.core.ledger.lua import register
@@ -67,14 +68,25 @@ class Jobs:
         text: str,
         *,
         max_queued_chars: int | None = None,
+        max_stored_bytes: int | None = None,
         job_id: str | None = None,
     ) -> Job:
         """A new job in ``queued``. With ``max_queued_chars``, the tenant's unfinished jobs
         may hold at most that many characters together (:class:`QuotaExceededError` else);
-        a job gives its characters back when it ends. ``job_id``: one drawn by the caller
-        (:func:`new_job_id`: the front stores a document's cover under it first)."""
+        a job gives its characters back when it ends. With ``max_stored_bytes``, a tenant
+        whose finished outputs already hold that many bytes gets :class:`QuotaExceededError`
+        until retention frees some (checked here, at submission: a job under way may end a
+        little past it). ``job_id``: one drawn by the caller (:func:`new_job_id`: the front
+        stores a document's cover under it first)."""
         job_id = job_id or new_job_id()
         now = time.time()
+        if max_stored_bytes is not None:
+            stored_bytes = self.stored_bytes(tenant)
+            if stored_bytes >= max_stored_bytes:
+                raise QuotaExceededError(
+                    f"the tenant's finished outputs hold {stored_bytes:,} bytes, the limit is "
+                    f"{max_stored_bytes:,}; they are freed when their jobs pass retention"
+                )
         held = 0
         if max_queued_chars is not None:
             if not self.queued_chars.reserve(tenant, len(text), max_queued_chars):
@@ -94,6 +106,10 @@ class Jobs:
         job = self.get(job_id)
         assert job is not None
         return job
+
+    def stored_bytes(self, tenant: str) -> int:
+        """Bytes of the tenant's finished outputs (done jobs not yet forgotten)."""
+        return max(0, int(cast(bytes | None, self.redis.get(STORED_BYTES.key(tenant))) or 0))
 
     def _write(
         self, job_id: str, tenant: str, options: JobOptions, text: str, *, now: float, held: int

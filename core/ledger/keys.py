@@ -165,7 +165,7 @@ ATTEMPTS = Family(
     "hash",
     "chunk n -> attempts so far (a job's attempts are their sum)",
     Lifetime.RETENTION,
-    "chunks.py (record_attempt)",
+    "chunks.py (record_attempt, forgive_attempt)",
 )
 COMMITS = Family(
     PREFIX + "job:{job_id}:commits",
@@ -215,6 +215,13 @@ QUEUED_CHARS = Family(
     "characters of the tenant's unfinished jobs created under a quota (deleted at 0)",
     Lifetime.SHARED,
     "queued_chars.py (reserve, give_back), ending.lua (a job that ends gives back its own)",
+)
+STORED_BYTES = Family(
+    PREFIX + "tenant:{tenant}:stored_bytes",
+    "string",
+    "bytes of the tenant's finished outputs (audio files of done jobs) until retention",
+    Lifetime.SHARED,
+    "finish_job.lua (a done job adds its size), retention.py (forget takes it back)",
 )
 RATE_BUCKET = Family(
     PREFIX + "quota:rate:{tenant}",
@@ -341,6 +348,7 @@ FAMILIES: tuple[Family, ...] = (
     ASSEMBLY_LOCK,
     TENANT_JOBS,
     QUEUED_CHARS,
+    STORED_BYTES,
     RATE_BUCKET,
     LEXICONS,
     LEXICON_INFO,

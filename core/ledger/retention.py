@@ -13,7 +13,14 @@ from typing import cast
 
 import redis
 
-from voicelane.core.ledger.keys import FINISHED_JOBS, TENANT_JOBS, Lifetime, job_keys
+from voicelane.core.ledger.keys import (
+    FINISHED_JOBS,
+    JOB,
+    STORED_BYTES,
+    TENANT_JOBS,
+    Lifetime,
+    job_keys,
+)
 
 
 class Retention:
@@ -35,9 +42,19 @@ class Retention:
         return [i.decode() for i in ids]
 
     def forget(self, job_id: str, tenant: str) -> None:
-        """Forget a final job entirely: its record, bookkeeping and listings."""
+        """Forget a final job entirely: its record, bookkeeping and listings; a done job's
+        output bytes leave its tenant's stored bytes (never below 0: outputs finished before
+        the counter existed were never added)."""
+        state, size = cast(
+            list[bytes | None], self.redis.hmget(JOB.key(job_id), ["state", "size_bytes"])
+        )
+        size_bytes = int(size or 0) if state == b"done" else 0
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(*job_keys(job_id, Lifetime.CLEANUP, Lifetime.RETENTION))
         pipe.zrem(TENANT_JOBS.key(tenant), job_id)
         pipe.zrem(FINISHED_JOBS.key(), job_id)
-        pipe.execute()
+        if size_bytes > 0:
+            pipe.decrby(STORED_BYTES.key(tenant), size_bytes)
+        answers = pipe.execute()
+        if size_bytes > 0 and int(answers[-1]) <= 0:
+            self.redis.delete(STORED_BYTES.key(tenant))

@@ -155,6 +155,10 @@ class ServiceSettings(RedisSettings):
     tenant_max_queued_chars: int = Field(5_000_000, ge=1)
     """Characters of a tenant's unfinished jobs, together (5 M characters are about 90 hours
     of speech): bounds what one tenant can put in Redis."""
+    tenant_max_stored_bytes: int = Field(10 * 1024**3, ge=1)
+    """Bytes of a tenant's finished outputs (done jobs' audio files until ``job_retention_s``
+    forgets them, 10 GiB): past it new jobs are refused with 429 ``quota_exceeded``, so one
+    tenant cannot fill the storage for everyone (checked at submission)."""
     tenant_max_streams: int = Field(16, ge=1)
     """Real-time streams one tenant may hold open at once (every front together)."""
     job_retention_s: float = Field(30 * 24 * 3600.0, gt=0)

@@ -18,7 +18,9 @@ Errors
 ------
 Every error is a :class:`~voicelane.common.errors.VoicelaneError` with a one-line message. Network
 failures, timeouts and 5xx/throttling answers are :class:`StorageUnavailableError`
-(transient: Celery retries them); a missing object is :class:`StorageNotFoundError`.
+(transient: Celery retries them); a full store (``ENOSPC``, MinIO's 507) is their subclass
+:class:`StorageFullError` (retried with a long backoff); a missing object is
+:class:`StorageNotFoundError`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from voicelane.core.storage.base import (
     DEFAULT_CONTENT_TYPE,
     DEFAULT_PART_SIZE_BYTES,
+    FULL_ERRNOS,
     MAX_FILENAME_CHARS,
     MAX_KEY_CHARS,
     MAX_LINK_EXPIRY_S,
@@ -35,6 +38,7 @@ from voicelane.core.storage.base import (
     Storage,
     StoredObject,
     content_disposition,
+    is_storage_full,
     link_expiry_s,
     validate_content_type,
     validate_filename,
@@ -56,6 +60,7 @@ __all__ = [
     "ABORT_RULE_ID",
     "DEFAULT_CONTENT_TYPE",
     "DEFAULT_PART_SIZE_BYTES",
+    "FULL_ERRNOS",
     "MAX_FILENAME_CHARS",
     "MAX_KEY_CHARS",
     "MAX_LINK_EXPIRY_S",
@@ -73,6 +78,7 @@ __all__ = [
     "StorageSettings",
     "StoredObject",
     "content_disposition",
+    "is_storage_full",
     "link_expiry_s",
     "open_storage",
     "validate_content_type",

@@ -17,6 +17,7 @@ Prefixes (:meth:`Storage.list_keys`) have S3 string semantics (``t/j1`` also mat
 from __future__ import annotations
 
 import abc
+import errno
 import hashlib
 import os
 import re
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote
 
-from voicelane.common.errors import InvalidInputError, InvalidKeyError
+from voicelane.common.errors import InvalidInputError, InvalidKeyError, StorageFullError
 
 MIB = 1024 * 1024
 DEFAULT_PART_SIZE_BYTES = 8 * MIB
@@ -39,6 +40,19 @@ MAX_LINK_EXPIRY_S = 7 * 24 * 3600
 """SigV4 presigned URLs live at most 7 days; local links are clamped the same way."""
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 _READ_BLOCK_BYTES = MIB
+
+
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""``OSError`` numbers that mean "no room" (disk or quota full)."""
+
+
+def is_storage_full(error: BaseException) -> bool:
+    """Whether ``error`` says a disk is out of room: a :class:`StorageFullError` from a
+    backend, or a raw ``ENOSPC``/``EDQUOT`` (a worker's own temp files, while assembling).
+    The batch lane retries these with a long backoff instead of its quick attempts."""
+    return isinstance(error, StorageFullError) or (
+        isinstance(error, OSError) and error.errno in FULL_ERRNOS
+    )
 
 
 # ---- validation helpers ------------------------------------------------------------------

@@ -35,6 +35,7 @@ from voicelane.common.errors import (
     LinkExpiredError,
     LinkInvalidError,
     StorageConfigError,
+    StorageFullError,
     StorageIntegrityError,
     StorageNotFoundError,
     StorageUnavailableError,
@@ -42,6 +43,7 @@ from voicelane.common.errors import (
 from voicelane.core.storage.base import (
     DEFAULT_CONTENT_TYPE,
     DEFAULT_PART_SIZE_BYTES,
+    FULL_ERRNOS,
     Storage,
     StoredObject,
     check_part_size,
@@ -100,13 +102,17 @@ def _local_secret(settings: LocalStorageSettings) -> bytes:
 
 @contextlib.contextmanager
 def _local_errors(action: str, key: str) -> Iterator[None]:
-    """OSError from the file system → :class:`StorageUnavailableError` (disk full, I/O error,
-    permissions: nothing the caller's input can fix)."""
+    """OSError from the file system → :class:`StorageFullError` when it is out of room
+    (``ENOSPC``, ``EDQUOT``), else :class:`StorageUnavailableError` (I/O error, permissions:
+    nothing the caller's input can fix)."""
     try:
         yield
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise StorageUnavailableError(f"local storage {action} {key!r} failed: {reason}") from exc
+        message = f"local storage {action} {key!r} failed: {reason}"
+        if exc.errno in FULL_ERRNOS:
+            raise StorageFullError(message) from exc
+        raise StorageUnavailableError(message) from exc
 
 
 def _unlink_file(path: Path) -> None:
@@ -134,6 +140,7 @@ class LocalStorage(Storage):
         self._meta = self._root / "meta"
         self._tmp = self._root / "tmp"
         self._base_url = settings.public_base_url.rstrip("/")
+        self._min_free_bytes = settings.min_free_bytes
         self.prepare()
 
     @property
@@ -388,18 +395,33 @@ class LocalStorage(Storage):
         if (time.time() if now is None else now) >= expires_ts:
             raise LinkExpiredError("download link has expired")
 
+    def free_bytes(self) -> int:
+        """Bytes an unprivileged writer may still put on the file system holding ``root``
+        (``statvfs``: one system call, cheap enough for every readiness probe)."""
+        st = os.statvfs(self._root)
+        return st.f_bavail * st.f_frsize
+
     def ping(self) -> None:
+        """Usable (a temp file can be made, the directories exist) and not full: less than
+        ``min_free_bytes`` free is :class:`StorageFullError`."""
         try:
             fd, probe = tempfile.mkstemp(dir=self._tmp, prefix="ping-", suffix=".tmp")
             os.close(fd)
             os.unlink(probe)
             if not self._objects.is_dir() or not self._meta.is_dir():
                 raise FileNotFoundError(2, "object directories are missing")
+            free_bytes = self.free_bytes()
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
-            raise StorageUnavailableError(
-                f"local storage at {self._root} is not usable: {reason}"
-            ) from exc
+            message = f"local storage at {self._root} is not usable: {reason}"
+            if exc.errno in FULL_ERRNOS:
+                raise StorageFullError(message) from exc
+            raise StorageUnavailableError(message) from exc
+        if free_bytes < self._min_free_bytes:
+            raise StorageFullError(
+                f"local storage at {self._root} has {free_bytes} bytes free, "
+                f"under min_free_bytes ({self._min_free_bytes})"
+            )
 
 
 def _parse_expires(expires: int | str) -> int:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 from voicelane.common.errors import (
     StorageConfigError,
     StorageError,
+    StorageFullError,
     StorageIntegrityError,
     StorageNotFoundError,
     StorageUnavailableError,
@@ -86,6 +87,8 @@ _TRANSIENT_CODES = frozenset(
         "NoSuchBucket",
     }
 )
+_FULL_CODES = frozenset({"XMinioStorageFull", "InsufficientStorage", "507"})
+"""A store out of room (MinIO: ``XMinioStorageFull``, HTTP 507): :class:`StorageFullError`."""
 _LIFECYCLE_UNSUPPORTED_CODES = frozenset(
     {"NotImplemented", "MethodNotAllowed", "AccessDenied", "UnsupportedOperation"}
 )
@@ -102,6 +105,8 @@ def _client_error(exc: ClientError, action: str, key: str) -> StorageError:
     text = f"storage {action} {key!r} failed: {code or status} {message}".strip()
     if code in _NOT_FOUND_CODES:
         return StorageNotFoundError(text)
+    if code in _FULL_CODES or status == 507:
+        return StorageFullError(text)
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
         return StorageUnavailableError(text)
     return StorageError(text)

@@ -28,6 +28,9 @@ class LocalStorageSettings(BaseModel):
     """Where clients reach the API that serves ``/v1/files/...``."""
     dev_mode: bool = False
     """Without a secret, sign links with a random per-process key (links die with it)."""
+    min_free_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    """Readiness (``/readyz``) answers 503 ``storage_full`` while the file system holding
+    ``root`` has less free space than this (0: never); see docs/operations.md."""
 
     @field_validator("public_base_url")
     @classmethod

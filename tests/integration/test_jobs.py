@@ -12,8 +12,9 @@ import pytest
 from tests.support.engines import RecordingEngine
 from tests.support.jobs import Recorder, espeak_context, narrow
 from tests.support.ledger import waiting_chunks
+from tests.support.tiny_fs import fill, tiny_tmpfs
 from voicelane.common.audio import probe
-from voicelane.common.errors import EngineError
+from voicelane.common.errors import EngineError, StorageFullError
 from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
 from voicelane.core.ledger import JobOptions, JobState, Ledger
 from voicelane.core.ledger.keys import CHUNK_LEASE
@@ -199,3 +200,37 @@ def test_jobs_past_their_retention_are_forgotten_with_their_files(ctx: JobContex
     assert ctx.ledger.jobs.get(job_id) is None
     assert not ctx.storage.exists(job.output_key)
     assert ctx.storage.list_keys(f"acme/{job_id}/") == []
+
+
+def test_a_full_disk_retries_without_failing_the_job_and_resumes(
+    redis_url: str, tmp_path: Path
+) -> None:
+    # Repro (issue 26, item 8): with the storage's disk full a job failed after 3 quick
+    # attempts. Out-of-room attempts must not count (Celery retries them slowly: see
+    # test_tasks.py); once room is freed the chunk commits and the job assembles.
+    with (
+        tiny_tmpfs(tmp_path / "tiny") as root,
+        espeak_context(redis_url, root, max_chunk_attempts=2) as context,
+    ):
+        job_id = submit(context, "Just one chunk.")
+        assert plan_job(context, job_id) == 1
+        fill(root)
+        for _ in range(4):  # twice max_chunk_attempts
+            with pytest.raises(StorageFullError):
+                render_chunk(context, job_id, 0)
+        job = context.ledger.jobs.get(job_id)
+        assert job is not None and job.state is JobState.RENDERING
+        assert job.attempts == 0
+        assert "No space left" in (context.ledger.jobs.last_error(job_id) or "")
+        (root / "filler").unlink()
+        assert render_chunk(context, job_id, 0) == "assemble"
+        fill(root)
+        with pytest.raises(StorageFullError):
+            assemble_job(context, job_id)
+        job = context.ledger.jobs.get(job_id)
+        assert job is not None and job.state is JobState.ASSEMBLING
+        (root / "filler").unlink()
+        assert assemble_job(context, job_id)
+        job = context.ledger.jobs.get(job_id)
+        assert job is not None and job.state is JobState.DONE and job.output_key is not None
+        assert context.storage.exists(job.output_key)

@@ -286,6 +286,41 @@ def test_queued_characters_are_held_until_the_job_ends(ledger: Ledger) -> None:
     ledger.jobs.create("acme", OPTIONS, "x" * 100, max_queued_chars=100)  # at the limit
 
 
+def done_job(ledger: Ledger, size_bytes: int) -> str:
+    """A job of acme's, done with an output of ``size_bytes``."""
+    job_id = rendering_job(ledger, 1)
+    lease = ledger.chunks.acquire(job_id, 0, "w", ttl_s=30)
+    assert ledger.chunks.commit(job_id, 0, lease, 1.0) == "assemble"
+    assert ledger.assembly.acquire(job_id, "w", ttl_s=30)
+    done = ledger.assembly.finish(
+        job_id, owner="w", key="k", size_bytes=size_bytes, duration_s=1.0, sha256="x"
+    )
+    assert done == "done"
+    return job_id
+
+
+def test_finished_outputs_count_against_the_tenants_stored_bytes(ledger: Ledger) -> None:
+    # Repro (issue 26, item 8): there was no per-tenant storage quota: one tenant's outputs
+    # could fill the disk for everyone.
+    first = done_job(ledger, 600)
+    assert ledger.jobs.stored_bytes("acme") == 600
+    ledger.jobs.create("acme", OPTIONS, "under", max_stored_bytes=1000)
+    second = done_job(ledger, 400)
+    assert ledger.jobs.stored_bytes("acme") == 1000
+    with pytest.raises(QuotaExceededError) as refused:
+        ledger.jobs.create("acme", OPTIONS, "over", max_stored_bytes=1000)
+    assert "1,000 bytes" in refused.value.message and refused.value.http_status == 429
+    ledger.jobs.create("other", OPTIONS, "its own", max_stored_bytes=1000)
+    assert ledger.jobs.stored_bytes("other") == 0
+    ledger.retention.forget(first, "acme")  # retention frees its bytes
+    assert ledger.jobs.stored_bytes("acme") == 400
+    ledger.jobs.create("acme", OPTIONS, "again", max_stored_bytes=1000)
+    ledger.retention.forget(second, "acme")
+    assert ledger.jobs.stored_bytes("acme") == 0
+    ledger.retention.forget(second, "acme")  # forgetting twice takes back nothing more
+    assert ledger.jobs.stored_bytes("acme") == 0
+
+
 def test_jobs_past_their_retention_are_listed_oldest_first(ledger: Ledger) -> None:
     old = ledger.jobs.create("acme", OPTIONS, "old")
     assert ledger.jobs.fail(old.id, "gone")

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from voicelane.api.rest import create_app
 from voicelane.core.batch_lane import QUEUES, CeleryEnqueue
+from voicelane.core.ledger import ChunkPlan, JobState, Ledger
 from voicelane.core.ledger.keys import ACTIVE_JOBS
 from voicelane.core.settings import ApiSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
@@ -293,6 +294,22 @@ def test_readyz_reports_redis_down(tmp_path: Path) -> None:
     assert "127.0.0.1" not in response.text and ":9" not in response.text  # nothing leaks
 
 
+def test_readyz_reports_storage_full(redis_url: str, tmp_path: Path) -> None:
+    # Repro (issue 26, item 8): /readyz answered ready with the storage's disk full. A
+    # threshold above any disk's free space stands for a full one (tests/unit/core/
+    # test_storage_local.py fills a real tmpfs).
+    settings = ApiSettings(redis_url=redis_url, api_keys=KEYS)
+    storage = LocalStorage(
+        LocalStorageSettings(root=tmp_path / "s", secret="s" * 40, min_free_bytes=2**62)
+    )
+    app = create_app(settings, storage=storage, enqueue=lambda *a, **k: None)
+    with TestClient(app, base_url="http://api") as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["problems"] == ["storage_full"]
+    assert str(tmp_path) not in response.text  # where it is stays in the log
+
+
 def test_signed_local_links_are_checked(api: tuple[TestClient, redis.Redis]) -> None:
     client, _ = api
     assert client.get("/v1/files/acme/x/audio.ogg?expires=1&sig=" + "0" * 64).status_code in (
@@ -366,6 +383,37 @@ def test_tenants_are_held_to_their_queued_characters(redis_url: str, tmp_path: P
         assert client.post("/v1/jobs", headers=OTHER, json={"text": text}).status_code == 202
         client.delete(f"/v1/jobs/{first.json()['id']}", headers=ACME)  # gives them back
         assert client.post("/v1/jobs", headers=ACME, json={"text": text}).status_code == 202
+
+
+def test_tenants_are_held_to_their_stored_bytes(redis_url: str, tmp_path: Path) -> None:
+    # Repro (issue 26, item 8): no per-tenant storage quota. A tenant whose finished outputs
+    # hold tenant_max_stored_bytes gets 429 quota_exceeded; another tenant does not.
+    settings = ApiSettings(redis_url=redis_url, api_keys=KEYS, tenant_max_stored_bytes=1000)
+    storage = LocalStorage(LocalStorageSettings(root=tmp_path / "s", secret="s" * 40))
+    app = create_app(settings, storage=storage, enqueue=lambda *a, **k: None)
+    ledger = Ledger.from_url(redis_url)
+    with TestClient(app, base_url="http://api") as client:
+        first = client.post("/v1/jobs", headers=ACME, json={"text": "Hello there."})
+        assert first.status_code == 202
+        job_id = first.json()["id"]
+        assert ledger.jobs.transition(job_id, JobState.PLANNING, only_from=(JobState.QUEUED,))
+        plan = ChunkPlan(
+            texts=("Hello there.",), paragraph_ends=(True,), start=0, end=12, last=True
+        )
+        assert ledger.jobs.save_plan(job_id, [plan])
+        lease = ledger.chunks.acquire(job_id, 0, "w", ttl_s=30)
+        assert ledger.chunks.commit(job_id, 0, lease, 1.0) == "assemble"
+        assert ledger.assembly.acquire(job_id, "w", ttl_s=30)
+        finished = ledger.assembly.finish(
+            job_id, owner="w", key="k", size_bytes=1000, duration_s=1.0, sha256="x"
+        )
+        assert finished == "done"
+        refused = client.post("/v1/jobs", headers=ACME, json={"text": "One more."})
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "quota_exceeded"
+        assert "1,000 bytes" in refused.json()["error"]["message"]
+        assert client.post("/v1/jobs", headers=OTHER, json={"text": "Mine."}).status_code == 202
+    ledger.redis.close()
 
 
 def test_a_redis_that_is_gone_is_a_503_not_a_500(tmp_path: Path) -> None:

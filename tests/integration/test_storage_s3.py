@@ -27,6 +27,7 @@ from voicelane.common.errors import (
     InvalidInputError,
     InvalidKeyError,
     StorageError,
+    StorageFullError,
     StorageIntegrityError,
     StorageNotFoundError,
     StorageUnavailableError,
@@ -553,6 +554,20 @@ def test_store_errors_are_classified(
     assert not caught.value.permanent  # store trouble is never the caller's input: retried
     assert code in caught.value.message
     assert "\n" not in caught.value.message
+
+
+@pytest.mark.parametrize(("code", "status"), [("XMinioStorageFull", 507), ("InternalError", 507)])
+def test_a_full_store_is_storage_full(
+    s3_storage: S3Storage, monkeypatch: pytest.MonkeyPatch, code: str, status: int
+) -> None:
+    # Issue 26, item 8: a full MinIO was a plain storage_unavailable (3 quick attempts).
+    def failing(**kwargs: Any) -> Any:
+        raise _client_error(code, status, "PutObject")
+
+    monkeypatch.setattr(s3_storage.client, "put_object", failing)
+    with pytest.raises(StorageFullError) as caught:
+        s3_storage.put_bytes("acme/job1/a", b"x")
+    assert caught.value.code == "storage_full" and not caught.value.permanent
 
 
 def test_open_storage_builds_the_s3_backend(s3_storage: S3Storage, s3_endpoint: S3Endpoint) -> None:

@@ -376,6 +376,16 @@ class StorageUnavailableError(StorageError):
     grpc_status = "UNAVAILABLE"
 
 
+class StorageFullError(StorageUnavailableError):
+    """Raised when the store has no room: the local file system is full (``ENOSPC``,
+    ``EDQUOT``) or under ``min_free_bytes``, or an S3-compatible store answers that it is full
+    (MinIO's ``XMinioStorageFull``, HTTP 507). Transient: the batch lane retries with a long
+    backoff (docs/operations.md, "Full storage"); the fronts answer 503 ``storage_full``."""
+
+    code = "storage_full"
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
 class StorageNotFoundError(StorageError):
     """Raised when no object is stored under that key."""
 

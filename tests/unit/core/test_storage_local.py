@@ -14,12 +14,14 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from pydantic import SecretStr, ValidationError
 
+from tests.support.tiny_fs import fill, tiny_tmpfs
 from voicelane.common.errors import (
     InvalidInputError,
     InvalidKeyError,
     LinkExpiredError,
     LinkInvalidError,
     StorageConfigError,
+    StorageFullError,
     StorageIntegrityError,
     StorageNotFoundError,
     StorageUnavailableError,
@@ -551,3 +553,39 @@ def test_error_classes() -> None:
     assert issubclass(InvalidKeyError, InvalidInputError)
     assert LinkInvalidError.permanent
     assert LinkExpiredError.permanent
+
+
+def test_ping_reports_storage_full_under_min_free_bytes(tmp_path: Path) -> None:
+    # Repro (issue 26, item 8): /readyz said ready with the disk full. Ask for more free
+    # space than any disk has: ping must say "full", not "usable" or merely "unavailable".
+    storage = LocalStorage(_settings(tmp_path / "store", min_free_bytes=2**62))
+    assert 0 < storage.free_bytes() < 2**62
+    with pytest.raises(StorageFullError) as caught:
+        storage.ping()
+    assert caught.value.code == "storage_full"
+    assert not caught.value.permanent
+    assert caught.value.http_status == 503
+    assert "min_free_bytes" in caught.value.message and "\n" not in caught.value.message
+    LocalStorage(_settings(tmp_path / "other", min_free_bytes=0)).ping()  # 0: never full
+
+
+def test_a_full_file_system_is_storage_full(tmp_path: Path) -> None:
+    # Repro (issue 26, item 8): ENOSPC while writing a part was a plain StorageUnavailable
+    # (retried 3 times quickly, then the job failed). It must be StorageFullError, and the
+    # failed write must leave no temp file behind.
+    with tiny_tmpfs(tmp_path / "tiny") as root:
+        storage = LocalStorage(_settings(root / "store", min_free_bytes=MIB))
+        storage.put_bytes("t/j/small", b"x" * 1000)
+        storage.ping()
+        with pytest.raises(StorageFullError) as caught:
+            storage.put_bytes("t/j/big", os.urandom(8 * MIB))
+        assert "No space left" in caught.value.message
+        assert isinstance(caught.value, StorageUnavailableError)  # still transient
+        assert _files_under(root / "store" / "tmp") == []
+        assert not storage.exists("t/j/big")
+        fill(root)
+        with pytest.raises(StorageFullError):
+            storage.ping()
+        (root / "filler").unlink()
+        storage.ping()
+        assert storage.get_bytes("t/j/small") == b"x" * 1000
