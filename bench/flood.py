@@ -45,7 +45,7 @@ import grpc.aio
 import httpx
 import redis
 
-from tests.support.flood import BOOK, LIVE_TEXT, QUOTAS, SMALL_JOB, Flood
+from tests.support.flood import BOOK, LIVE_TEXT, QUOTAS, SMALL_JOB, Flood, job_seconds
 from tests.support.stack import ACME_KEY, OTHER_KEY, Stack, wait_for
 from tests.support.trickle import Trickler
 from voicelane.api.ollama_standin import OllamaStandin, StandinConfig
@@ -94,24 +94,6 @@ METRICS: tuple[tuple[str, Callable[[Sample], float]], ...] = (
 )
 
 
-def job_seconds(lane: Stack) -> float:
-    with httpx.Client(
-        base_url=lane.api_url, headers={"Authorization": f"Bearer {OTHER_KEY}"}, timeout=30
-    ) as client:
-        started = time.monotonic()
-        response = client.post("/v1/jobs", json={"text": SMALL_JOB, "format": "wav"})
-        assert response.status_code == 202, response.text
-        job_id = response.json()["id"]
-
-        def done() -> bool:
-            state = str(client.get(f"/v1/jobs/{job_id}").json()["state"])
-            assert state not in ("failed", "cancelled"), state
-            return state == "done"
-
-        wait_for(done, 300, "other's small job")
-        return time.monotonic() - started
-
-
 async def stream_seconds(lane: Stack) -> tuple[float, float]:
     """First audio and final chunk of a paced live stream, seconds from opening it."""
     metadata = (("authorization", f"Bearer {OTHER_KEY}"),)
@@ -141,7 +123,7 @@ def chat_seconds(lane: Stack) -> float:
 def measure(lane: Stack, rounds: int) -> list[Sample]:
     samples = []
     for _ in range(rounds):
-        job_s = job_seconds(lane)
+        job_s = job_seconds(lane, OTHER_KEY, SMALL_JOB, timeout_s=300)
         first_s, stream_s = asyncio.run(stream_seconds(lane))
         samples.append(Sample(job_s, first_s, stream_s, chat_seconds(lane)))
     return samples

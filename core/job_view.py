@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from bisect import bisect_right
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,7 +71,11 @@ def chapter_views(
     chapters = job.options.book.chapters
     firsts: list[int] = json.loads(extras.get("chapter_chunks", "[]"))
     times: list[list[int]] = json.loads(extras.get("chapter_times", "[]"))
-    ranges = _chapter_ranges(firsts, job.chunks_total, len(chapters))
+    ranges = (  # before the job is planned: no chunks yet
+        chapter_ranges(firsts, job.chunks_total)
+        if len(firsts) == len(chapters)
+        else [(0, 0)] * len(chapters)
+    )
     pace_s = None
     if job.started_at is not None and job.chunks_done and not job.state.final:
         pace_s = ((now or time.time()) - job.started_at) / job.chunks_done
@@ -98,19 +103,19 @@ def chapter_views(
     return out
 
 
-def _chapter_ranges(firsts: list[int], chunks_total: int, count: int) -> list[tuple[int, int]]:
-    """Each chapter's chunks ``[first, stop)``; empty for a chapter with none of its own
-    (or before the job is planned)."""
-    if len(firsts) != count:
-        return [(0, 0)] * count
-    starts = sorted(n for n in firsts if n >= 0)
+def chapter_ranges(first_chunks: list[int], chunks_total: int) -> list[tuple[int, int]]:
+    """Each chapter's chunks ``[first, stop)`` from each chapter's first chunk (-1: none of
+    its own, an empty range): a chunk never spans two chapters, so a chapter runs to the next
+    chapter's first chunk (the last: to the end). The planner records the first chunks
+    (``chapter_chunks``); this view and the assembler derive the rest."""
+    starts = sorted(n for n in first_chunks if n >= 0)
     out = []
-    for n in firsts:
+    for n in first_chunks:
         if n < 0:
             out.append((0, 0))
             continue
-        later = [m for m in starts if m > n]
-        out.append((n, later[0] if later else chunks_total))
+        later = bisect_right(starts, n)
+        out.append((n, starts[later] if later < len(starts) else chunks_total))
     return out
 
 

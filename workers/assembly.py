@@ -22,6 +22,7 @@ import numpy as np
 from voicelane.common.audio import AudioFileWriter, AudioFormat, int16_to_float, open_writer
 from voicelane.common.audio.pcm import silence
 from voicelane.common.errors import StorageNotFoundError
+from voicelane.core.job_view import chapter_ranges
 from voicelane.core.ledger import Job
 from voicelane.core.storage import Storage
 from voicelane.core.subtitles import SubtitleChapter, Subtitles, TimedSentence, normalize_cues
@@ -47,14 +48,12 @@ class AssembledFiles:
 
 
 def chunk_chapters(first_chunks: list[int], chunks_total: int) -> list[int | None]:
-    """Each chunk's chapter from each chapter's first chunk (-1: none of its own); chunks
-    before the first chapter have None. A chunk never spans two chapters."""
+    """Each chunk's chapter (:func:`voicelane.core.job_view.chapter_ranges`); chunks before
+    the first chapter have None."""
     out: list[int | None] = [None] * chunks_total
-    starts = sorted((n, chapter) for chapter, n in enumerate(first_chunks) if n >= 0)
-    for index, (n, chapter) in enumerate(starts):
-        stop = starts[index + 1][0] if index + 1 < len(starts) else chunks_total
-        for m in range(n, min(stop, chunks_total)):
-            out[m] = chapter
+    for chapter, (first, stop) in enumerate(chapter_ranges(first_chunks, chunks_total)):
+        for n in range(first, min(stop, chunks_total)):
+            out[n] = chapter
     return out
 
 

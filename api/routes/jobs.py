@@ -194,7 +194,7 @@ async def job_subtitles(
     job = await blocking(state, state.ledger.jobs.get_for_tenant, tenant, job_id)
     if job.state is not JobState.DONE or not job.output_key:
         raise JobStateError(f"job {job_id} is {job.state.value}, not done")
-    outputs = await blocking(state, _outputs, state, job)
+    outputs = _outputs(await blocking(state, state.ledger.jobs.extras, job.id))
     if fmt not in outputs.get("subtitles", ()):
         raise JobNotFoundError(f"job {job_id} has no subtitles (it was planned before them)")
     link = await blocking(
@@ -424,9 +424,9 @@ def _link(state: ApiState, job: Job) -> str:
     return state.storage.link(job.output_key, expires_s=expiry_s, filename=filename)
 
 
-def _outputs(state: ApiState, job: Job) -> dict[str, Any]:
-    raw = state.ledger.jobs.extras(job.id).get("outputs")
-    outputs: dict[str, Any] = json.loads(raw) if raw else {}
+def _outputs(extras: dict[str, str]) -> dict[str, Any]:
+    """The files the assembler stored beside the audio (``Jobs.extras``' ``outputs``)."""
+    outputs: dict[str, Any] = json.loads(extras.get("outputs", "{}"))
     return outputs
 
 
@@ -449,7 +449,7 @@ def _job_view(state: ApiState, job: Job, *, with_link: bool = True) -> dict[str,
         expiry_s = state.settings.storage.link_expiry_s
         view["download_url"] = _link(state, job)
         view["download_expires_in_s"] = expiry_s
-        outputs = json.loads(extras.get("outputs", "{}"))
+        outputs = _outputs(extras)
         view["subtitles_urls"] = {
             fmt: state.storage.link(
                 subtitles_key(job, fmt), expires_s=expiry_s, filename=f"{job.id}.{fmt}"

@@ -37,7 +37,7 @@ QUOTAS = {
 """The flooding tenant's limits: it can hold ~9 books and 8 streams at once."""
 
 
-def job_seconds(lane: Stack, key: str, text: str) -> float:
+def job_seconds(lane: Stack, key: str, text: str, *, timeout_s: float = 120) -> float:
     """Submit → done, in seconds."""
     with httpx.Client(
         base_url=lane.api_url, headers={"Authorization": f"Bearer {key}"}, timeout=30
@@ -52,7 +52,7 @@ def job_seconds(lane: Stack, key: str, text: str) -> float:
             assert state not in ("failed", "cancelled"), state
             return state == "done"
 
-        wait_for(done, 120, "the small job")
+        wait_for(done, timeout_s, "the small job")
         return time.monotonic() - started
 
 
