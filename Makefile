@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 SYSTEM_STAMP := $(VENV)/.system-deps
 PYTEST_ARGS ?=
 
-.PHONY: all install install-chattts install-prometheus system-deps demo stop test lint format bench compose-check proto clean
+.PHONY: all install install-chattts install-prometheus install-clients system-deps demo stop test lint format bench compose-check proto clean
 
 all: test
 
@@ -51,6 +51,13 @@ $(PROMETHEUS_STAMP): scripts/install-system-deps.sh scripts/install-browser-deps
 
 install-prometheus: $(PROMETHEUS_STAMP)
 
+# The third-party clients the integration tests drive (openai plugins for LiveKit, Pipecat,
+# wyoming-bench, this repository's integrations/ plugins), each in .venv/clients/NAME from
+# tests/clients/venvs/NAME.txt: their pins conflict with the server's (protobuf), and LiveKit
+# is tested in two versions. The script rebuilds only what changed.
+install-clients: $(STAMP)
+	PYTHON=$(PYTHON) VENV=$(VENV) scripts/install-client-venvs.sh
+
 # The embedded default first (no servers: English with Piper, Mandarin with espeak), then the
 # whole stack over REST.
 demo: install
@@ -66,7 +73,7 @@ stop:
 		echo "stack stopped"; \
 	else echo "no stack running"; fi
 
-test: install install-chattts install-prometheus
+test: install install-chattts install-prometheus install-clients
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install install-chattts
