@@ -1,0 +1,363 @@
+"""Our Pipecat service (voicelane_pipecat.VoicelaneTTSService) in a real Pipecat 1.14 pipeline
+against a running server: an LLM turn streamed as tokens (frames, PCM at the pipeline's rate,
+word timestamps), an interruption while a long utterance's audio flows (how soon its audio
+stops in the pipeline, the server's cancel acknowledgement, nothing of it after), the next
+utterance on the same connection, and a context the server refuses (an unknown voice) as an
+ErrorFrame.
+
+Usage: pipecat_voicelane.py BASE_URL API_KEY [VOICE]. Prints one JSON line of findings last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pipecat.frames.frames import (
+    EndFrame,
+    ErrorFrame,
+    Frame,
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+    TTSStoppedFrame,
+    TTSTextFrame,
+    TTSUpdateSettingsFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.workers.runner import WorkerRunner
+from voicelane_pipecat import VoicelaneTTSService
+
+SAMPLE_RATE_HZ = 16000  # not the server's default (24000): the pipeline's rate is asked for
+STEP_TIMEOUT_S = 30.0
+TURN = (
+    "Hello from Pipecat. The quick brown fox jumps over the lazy dog, "
+    "and every word arrives with its time."
+)
+LONG = " ".join(
+    [
+        "This is a long answer that keeps going for a while, so that it can be interrupted.",
+        "It talks about rivers and mountains and the weather in the valley.",
+        "It lists the seasons one by one, spring and summer and autumn and winter.",
+        "It describes the trains that run along the coast from town to town every morning.",
+        "It says a few more things about the sea, the boats, and the people who sail them.",
+        "And then it goes on to describe the markets, the bakeries and the small cafes.",
+        "Finally it would end with a summary, if anyone were still listening by then.",
+    ]
+)
+AFTER = "Back again after the interruption."
+INTERRUPT_AFTER_AUDIO_S = 1.5
+
+
+class Seen:
+    """Every frame at the two ends of the pipeline, with its arrival time, and a way to
+    await a condition on them."""
+
+    def __init__(self) -> None:
+        self.down: list[tuple[float, Frame]] = []
+        self.up: list[tuple[float, Frame]] = []
+        self.changed = asyncio.Event()
+
+    def add(self, frames: list[tuple[float, Frame]], frame: Frame) -> None:
+        frames.append((time.monotonic(), frame))
+        self.changed.set()
+
+    async def until(self, what: str, condition: Callable[[], Any]) -> Any:
+        try:
+            async with asyncio.timeout(STEP_TIMEOUT_S):
+                while not (value := condition()):
+                    self.changed.clear()
+                    await self.changed.wait()
+                return value
+        except TimeoutError:
+            raise TimeoutError(f"timed out waiting for {what}") from None
+
+
+class Tap(FrameProcessor):
+    """Records the frames going one way past it."""
+
+    def __init__(self, seen: Seen, direction: FrameDirection) -> None:
+        super().__init__()
+        self._seen = seen
+        self._direction = direction
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if direction == self._direction:
+            self._seen.add(
+                self._seen.down if direction == FrameDirection.DOWNSTREAM else self._seen.up, frame
+            )
+        await self.push_frame(frame, direction)
+
+
+class RecordingService(VoicelaneTTSService):
+    """The service, recording what crosses the wire (with arrival times) and the word
+    timestamps it hands to Pipecat."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sent: list[tuple[float, dict[str, Any]]] = []
+        self.received: list[tuple[float, dict[str, Any]]] = []
+        self.word_times: list[tuple[str, float, str | None]] = []
+        self.cancel_acked = asyncio.Event()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self.sent.append((time.monotonic(), message))
+        await super()._send(message)
+
+    async def _handle_message(self, message: dict[str, Any]) -> None:
+        self.received.append((time.monotonic(), message))
+        if message.get("type") == "cancelled":
+            self.cancel_acked.set()
+        await super()._handle_message(message)
+
+    async def add_word_timestamps(
+        self, word_times: list[tuple[str, float]], context_id: str | None = None, **kwargs: Any
+    ) -> None:
+        self.word_times.extend((word, at, context_id) for word, at in word_times)
+        await super().add_word_timestamps(word_times, context_id, **kwargs)
+
+
+def audio_of(
+    seen: Seen, context_id: str | None = None, start: int = 0, end: int | None = None
+) -> list[tuple[float, TTSAudioRawFrame]]:
+    """The audio frames that reached the end of the pipeline (of one context; from index
+    ``start`` to ``end`` of what arrived there)."""
+    return [
+        (at, f)
+        for at, f in seen.down[start:end]
+        if isinstance(f, TTSAudioRawFrame) and (context_id is None or f.context_id == context_id)
+    ]
+
+
+def stopped(seen: Seen, after: int) -> TTSStoppedFrame | None:
+    """The first TTSStoppedFrame among the frames from index ``after`` on."""
+    return next((f for _, f in seen.down[after:] if isinstance(f, TTSStoppedFrame)), None)
+
+
+def received(service: RecordingService, kind: str, context_id: str | None) -> dict[str, Any]:
+    """The first message of a kind the server sent for a context ({} if none)."""
+    return next(
+        (m for _, m in service.received if m["type"] == kind and m["context_id"] == context_id),
+        {},
+    )
+
+
+def duration_s(frames: list[tuple[float, TTSAudioRawFrame]]) -> float:
+    return sum(len(f.audio) // 2 / f.sample_rate for _, f in frames)
+
+
+async def llm_turn(worker: PipelineWorker, seen: Seen, service: RecordingService) -> dict[str, Any]:
+    """An LLM reply streamed a few characters at a time, then its end."""
+    mark = len(seen.down)
+    await worker.queue_frame(LLMFullResponseStartFrame())
+    for start in range(0, len(TURN), 7):
+        await worker.queue_frame(LLMTextFrame(TURN[start : start + 7]))
+    await worker.queue_frame(LLMFullResponseEndFrame())
+    stop = await seen.until("the turn's TTSStoppedFrame", lambda: stopped(seen, mark))
+    context_id = stop.context_id
+    frames = audio_of(seen, context_id)
+    texts = [f for _, f in seen.down[mark:] if isinstance(f, TTSTextFrame)]
+    appended = "".join(
+        m["text"] for _, m in service.sent if m.get("context_id") == context_id and "text" in m
+    )
+    wire_words = [
+        w
+        for _, m in service.received
+        if m.get("type") == "words" and m.get("context_id") == context_id
+        for w in m["words"]
+    ]
+    word_starts = [at for _, at, ctx in service.word_times if ctx == context_id]
+    started = received(service, "started", context_id)
+    done = received(service, "done", context_id)
+    pts = [f.pts for f in texts if f.pts]
+    return {
+        "context_id": context_id,
+        "appended_text": appended,
+        "audio_frames": len(frames),
+        "audio_s": duration_s(frames),
+        "frame_sample_rates_hz": sorted({f.sample_rate for _, f in frames}),
+        "frame_channels": sorted({f.num_channels for _, f in frames}),
+        "started_sample_rate_hz": started.get("sample_rate_hz"),
+        "done_duration_ms": done.get("duration_ms"),
+        "wire_words": wire_words,
+        "wire_word_slices_match": all(
+            appended[w["char_start"] : w["char_end"]] == w["text"] for w in wire_words
+        ),
+        "word_starts_s": word_starts,
+        "text_frames": [f.text for f in texts],
+        "text_frame_pts_increasing": all(b >= a for a, b in itertools.pairwise(pts)),
+        "text_frames_with_pts": len(pts),
+    }
+
+
+async def interruption(
+    worker: PipelineWorker, seen: Seen, service: RecordingService
+) -> dict[str, Any]:
+    """A long utterance interrupted once its audio flows; then a short one."""
+    mark = len(seen.down)
+    await worker.queue_frame(TTSSpeakFrame(LONG))
+
+    def flowing() -> str | None:
+        frames = audio_of(seen, start=mark)
+        if frames and duration_s(frames) >= INTERRUPT_AFTER_AUDIO_S:
+            return frames[0][1].context_id
+        return None
+
+    context_id = await seen.until("the long utterance's audio", flowing)
+    before = duration_s(audio_of(seen, context_id))
+    interrupted_at = time.monotonic()
+    await worker.queue_frame(InterruptionFrame())
+    async with asyncio.timeout(STEP_TIMEOUT_S):
+        await service.cancel_acked.wait()
+    cancel_sent = next(
+        (at for at, m in service.sent if m == {"type": "cancel", "context_id": context_id}), None
+    )
+    cancelled_at = next(
+        (
+            at
+            for at, m in service.received
+            if m["type"] == "cancelled" and m["context_id"] == context_id
+        ),
+        None,
+    )
+    # The next utterance on the same connection: everything of the interrupted context that
+    # was still on its way has arrived by the time this one is done.
+    mark_after = len(seen.down)
+    await worker.queue_frame(TTSSpeakFrame(AFTER))
+    after_stop = await seen.until("the next utterance", lambda: stopped(seen, mark_after))
+    frames = audio_of(seen, context_id)
+    last_audio_at = max(at for at, _ in frames)
+    wire_after_cancelled = [
+        m
+        for at, m in service.received
+        if m.get("context_id") == context_id
+        and cancelled_at is not None
+        and at > cancelled_at
+        and m["type"] in ("audio", "words", "done")
+    ]
+    wire_audio_after_cancel_sent = [
+        m
+        for at, m in service.received
+        if m.get("context_id") == context_id
+        and m["type"] == "audio"
+        and cancel_sent is not None
+        and at > cancel_sent
+    ]
+    return {
+        "context_id": context_id,
+        "text_s_estimate": len(LONG) / 15,
+        "audio_s_before_interrupt": before,
+        "audio_s_total": duration_s(frames),
+        "frames_after_interrupt": sum(1 for at, _ in frames if at > interrupted_at),
+        "last_audio_after_interrupt_ms": (last_audio_at - interrupted_at) * 1000,
+        "cancel_sent": cancel_sent is not None,
+        "cancel_sent_after_interrupt_ms": (
+            (cancel_sent - interrupted_at) * 1000 if cancel_sent is not None else None
+        ),
+        "cancel_ack_ms": (
+            (cancelled_at - cancel_sent) * 1000
+            if cancel_sent is not None and cancelled_at is not None
+            else None
+        ),
+        "wire_messages_after_cancelled": len(wire_after_cancelled),
+        "wire_audio_after_cancel_sent": len(wire_audio_after_cancel_sent),
+        "done_of_interrupted": any(
+            m["type"] == "done" and m.get("context_id") == context_id for _, m in service.received
+        ),
+        "next_context_id": after_stop.context_id,
+        "next_audio_s": duration_s(audio_of(seen, after_stop.context_id)),
+    }
+
+
+async def refused_voice(worker: PipelineWorker, seen: Seen, voice: str | None) -> dict[str, Any]:
+    """An unknown voice: the server refuses the context; Pipecat gets an ErrorFrame and the
+    pipeline goes on (the voice set back, the next utterance is spoken)."""
+    mark_up = len(seen.up)
+    mark = len(seen.down)
+    settings = VoicelaneTTSService.Settings
+    await worker.queue_frame(TTSUpdateSettingsFrame(delta=settings(voice="no-such-voice")))
+    await worker.queue_frame(TTSSpeakFrame("This voice does not exist."))
+
+    def error() -> ErrorFrame | None:
+        return next((f for _, f in seen.up[mark_up:] if isinstance(f, ErrorFrame)), None)
+
+    frame = await seen.until("the ErrorFrame", error)
+    await worker.queue_frame(TTSUpdateSettingsFrame(delta=settings(voice=voice)))
+    mark_next = len(seen.down)
+    await worker.queue_frame(TTSSpeakFrame("And this one does."))
+
+    def spoken() -> TTSStoppedFrame | None:
+        return next(
+            (
+                f
+                for _, f in seen.down[mark_next:]
+                if isinstance(f, TTSStoppedFrame) and audio_of(seen, f.context_id, mark_next)
+            ),
+            None,
+        )
+
+    stop = await seen.until("the utterance after the error", spoken)
+    return {
+        "error": frame.error,
+        "audio_of_refused": duration_s(audio_of(seen, start=mark, end=mark_next)),
+        "audio_s_after": duration_s(audio_of(seen, stop.context_id)),
+    }
+
+
+async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
+    seen = Seen()
+    service = RecordingService(url=base_url, api_key=api_key, voice=voice)
+    pipeline = Pipeline(
+        [Tap(seen, FrameDirection.UPSTREAM), service, Tap(seen, FrameDirection.DOWNSTREAM)]
+    )
+    worker = PipelineWorker(
+        pipeline,
+        params=PipelineParams(audio_out_sample_rate=SAMPLE_RATE_HZ),
+        cancel_on_idle_timeout=False,
+    )
+    started = asyncio.Event()
+
+    @worker.event_handler("on_pipeline_started")
+    async def _on_started(_worker: PipelineWorker, _frame: Frame) -> None:
+        started.set()
+
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
+    findings: dict[str, Any] = {"pipecat_sample_rate_hz": SAMPLE_RATE_HZ}
+    try:
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            await started.wait()
+        findings["max_contexts"] = service.max_contexts
+        findings["turn"] = await llm_turn(worker, seen, service)
+        findings["interruption"] = await interruption(worker, seen, service)
+        findings["refused_voice"] = await refused_voice(worker, seen, voice)
+        findings["errors_before_end"] = [f.error for _, f in seen.up if isinstance(f, ErrorFrame)]
+        await worker.queue_frame(EndFrame())
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            await running
+    except BaseException:
+        print(json.dumps(findings, default=str), file=sys.stderr)
+        raise
+    finally:
+        if not running.done():
+            await worker.cancel()
+            await asyncio.wait_for(running, STEP_TIMEOUT_S)
+    return findings
+
+
+if __name__ == "__main__":
+    url, key = sys.argv[1], sys.argv[2]
+    chosen = sys.argv[3] if len(sys.argv) > 3 else None
+    print(json.dumps(asyncio.run(main(url, key, chosen))))
