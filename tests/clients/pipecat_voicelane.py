@@ -56,7 +56,7 @@ LONG = " ".join(
     ]
 )
 AFTER = "Back again after the interruption."
-INTERRUPT_AFTER_AUDIO_S = 1.5
+INTERRUPT_AFTER_AUDIO_S = 4.0  # past the server's lookahead: audio arrives paced, 1x
 
 
 class Seen:
@@ -254,8 +254,16 @@ async def interruption(
         and cancel_sent is not None
         and at > cancel_sent
     ]
+    wire_audio = [
+        at
+        for at, m in service.received
+        if m.get("context_id") == context_id and m["type"] == "audio" and at <= interrupted_at
+    ]
     return {
         "context_id": context_id,
+        "wire_audio_before_interrupt": len(wire_audio),
+        "wire_audio_span_before_interrupt_ms": (wire_audio[-1] - wire_audio[0]) * 1000,
+        "last_wire_audio_before_interrupt_ms": (interrupted_at - wire_audio[-1]) * 1000,
         "text_s_estimate": len(LONG) / 15,
         "audio_s_before_interrupt": before,
         "audio_s_total": duration_s(frames),

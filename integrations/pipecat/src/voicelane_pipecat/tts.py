@@ -139,6 +139,9 @@ class VoicelaneTTSService(WebsocketTTSService):
         )
         if settings is not None:
             default_settings.apply_update(settings)
+        # Pipecat's sentences come without the space between them; the server reads the
+        # context's text as one, so each sentence ends with one ("Hi. There", not "Hi.There").
+        kwargs.setdefault("append_trailing_space", True)
         super().__init__(
             text_aggregation_mode=text_aggregation_mode,
             push_text_frames=False,
