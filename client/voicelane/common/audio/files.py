@@ -207,8 +207,7 @@ def _validate_bitrate(fmt: AudioFormat | None, sample_rate_hz: int, bitrate_bps:
         lo, hi = 8000, 160000
     if not lo <= bitrate_bps <= hi:
         raise InvalidInputError(
-            f"{name} at {sample_rate_hz} Hz takes a bitrate of {lo}..{hi} bps, "
-            f"got {bitrate_bps}"
+            f"{name} at {sample_rate_hz} Hz takes a bitrate of {lo}..{hi} bps, got {bitrate_bps}"
         )
 
 
@@ -433,7 +432,10 @@ def open_writer(
 
 
 def open_adts_writer(
-    target: str | os.PathLike[str] | BinaryIO, sample_rate_hz: int, *, bitrate_bps: int | None = None
+    target: str | os.PathLike[str] | BinaryIO,
+    sample_rate_hz: int,
+    *,
+    bitrate_bps: int | None = None,
 ) -> AudioFileWriter:
     """A writer of mono AAC-LC in ADTS (``.aac``, ``audio/aac``, what OpenAI's ``aac`` gives)
     at one of :data:`AAC_SAMPLE_RATES_HZ`, to a path or any file object (seekable or not).

@@ -31,8 +31,8 @@ from enum import StrEnum
 from typing import Any
 
 from voicelane.common.audio.files import (
-    AudioFileWriter,
     AAC_SAMPLE_RATES_HZ,
+    AudioFileWriter,
     AudioFormat,
     allowed_sample_rates,
     open_adts_writer,

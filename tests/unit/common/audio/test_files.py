@@ -385,7 +385,9 @@ def test_adts_writes_to_a_non_seekable_target_with_the_priming_left_in() -> None
 def test_adts_rates_and_bitrates_are_aacs() -> None:
     with pytest.raises(UnsupportedFormatError, match="aac does not support a sample rate of 7350"):
         open_adts_writer(io.BytesIO(), 7350)
-    with pytest.raises(InvalidInputError, match=r"aac at 8000 Hz takes a bitrate of 16000\.\.48000"):
+    with pytest.raises(
+        InvalidInputError, match=r"aac at 8000 Hz takes a bitrate of 16000\.\.48000"
+    ):
         open_adts_writer(io.BytesIO(), 8000, bitrate_bps=64000)
     open_adts_writer(io.BytesIO(), 8000).close()  # the default fits what 8 kHz holds
 
