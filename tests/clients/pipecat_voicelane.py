@@ -2,8 +2,8 @@
 against a running server: an LLM turn streamed as tokens (frames, PCM at the pipeline's rate,
 word timestamps), an interruption while a long utterance's audio flows (how soon its audio
 stops in the pipeline, the server's cancel acknowledgement, nothing of it after), the next
-utterance on the same connection, and a context the server refuses (an unknown voice) as an
-ErrorFrame.
+utterance on the same connection, a context the server refuses (an unknown voice) as an
+ErrorFrame; then a pipeline at a rate the server does not offer (22050 Hz: resampled).
 
 Usage: pipecat_voicelane.py BASE_URL API_KEY [VOICE]. Prints one JSON line of findings last.
 """
@@ -15,7 +15,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pipecat.frames.frames import (
@@ -39,6 +39,7 @@ from pipecat.workers.runner import WorkerRunner
 from voicelane_pipecat import VoicelaneTTSService
 
 SAMPLE_RATE_HZ = 16000  # not the server's default (24000): the pipeline's rate is asked for
+UNOFFERED_RATE_HZ = 22050  # not offered by the server: 24000 is asked for and resampled
 STEP_TIMEOUT_S = 30.0
 TURN = (
     "Hello from Pipecat. The quick brown fox jumps over the lazy dog, "
@@ -323,16 +324,21 @@ async def refused_voice(worker: PipelineWorker, seen: Seen, voice: str | None) -
     }
 
 
-async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
+Steps = Callable[[PipelineWorker, Seen, RecordingService], Awaitable[None]]
+
+
+async def in_pipeline(
+    base_url: str, api_key: str, voice: str | None, rate_hz: int, steps: Steps
+) -> RecordingService:
+    """Run ``steps`` in a pipeline [tap, our service, tap] at output rate ``rate_hz``, then
+    end it (EndFrame) and wait until it has."""
     seen = Seen()
     service = RecordingService(url=base_url, api_key=api_key, voice=voice)
     pipeline = Pipeline(
         [Tap(seen, FrameDirection.UPSTREAM), service, Tap(seen, FrameDirection.DOWNSTREAM)]
     )
     worker = PipelineWorker(
-        pipeline,
-        params=PipelineParams(audio_out_sample_rate=SAMPLE_RATE_HZ),
-        cancel_on_idle_timeout=False,
+        pipeline, params=PipelineParams(audio_out_sample_rate=rate_hz), cancel_on_idle_timeout=False
     )
     started = asyncio.Event()
 
@@ -343,25 +349,50 @@ async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     running = asyncio.create_task(runner.run())
-    findings: dict[str, Any] = {"pipecat_sample_rate_hz": SAMPLE_RATE_HZ}
     try:
         async with asyncio.timeout(STEP_TIMEOUT_S):
             await started.wait()
+        await steps(worker, seen, service)
+        await worker.queue_frame(EndFrame())
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            await running
+    finally:
+        if not running.done():
+            await worker.cancel()
+            await asyncio.wait_for(running, STEP_TIMEOUT_S)
+    return service
+
+
+async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
+    findings: dict[str, Any] = {"pipecat_sample_rate_hz": SAMPLE_RATE_HZ}
+
+    async def conversation(worker: PipelineWorker, seen: Seen, service: RecordingService) -> None:
         findings["max_contexts"] = service.max_contexts
         findings["turn"] = await llm_turn(worker, seen, service)
         findings["interruption"] = await interruption(worker, seen, service)
         findings["refused_voice"] = await refused_voice(worker, seen, voice)
         findings["errors_before_end"] = [f.error for _, f in seen.up if isinstance(f, ErrorFrame)]
-        await worker.queue_frame(EndFrame())
-        async with asyncio.timeout(STEP_TIMEOUT_S):
-            await running
+
+    async def resampled(worker: PipelineWorker, seen: Seen, service: RecordingService) -> None:
+        await worker.queue_frame(TTSSpeakFrame(AFTER))
+        stop = await seen.until("the utterance", lambda: stopped(seen, 0))
+        frames = audio_of(seen, stop.context_id)
+        findings["resampled"] = {
+            "pipeline_rate_hz": UNOFFERED_RATE_HZ,
+            "started_sample_rate_hz": received(service, "started", stop.context_id).get(
+                "sample_rate_hz"
+            ),
+            "frame_sample_rates_hz": sorted({f.sample_rate for _, f in frames}),
+            "audio_s": duration_s(frames),
+            "done_duration_ms": received(service, "done", stop.context_id).get("duration_ms"),
+        }
+
+    try:
+        await in_pipeline(base_url, api_key, voice, SAMPLE_RATE_HZ, conversation)
+        await in_pipeline(base_url, api_key, voice, UNOFFERED_RATE_HZ, resampled)
     except BaseException:
         print(json.dumps(findings, default=str), file=sys.stderr)
         raise
-    finally:
-        if not running.done():
-            await worker.cancel()
-            await asyncio.wait_for(running, STEP_TIMEOUT_S)
     return findings
 
 

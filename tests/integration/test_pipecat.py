@@ -69,6 +69,14 @@ def test_our_service_streams_pcm_at_the_pipelines_rate(ours: dict[str, Any]) -> 
     assert ours["max_contexts"] >= 1
 
 
+def test_a_rate_the_server_does_not_offer_is_resampled_whole(ours: dict[str, Any]) -> None:
+    resampled = ours["resampled"]
+    assert resampled["started_sample_rate_hz"] == 24000, resampled
+    assert resampled["frame_sample_rates_hz"] == [resampled["pipeline_rate_hz"]], resampled
+    # Nothing lost in the resampler: its tail comes out with the context's end (5 ms slack).
+    assert abs(resampled["audio_s"] * 1000 - resampled["done_duration_ms"]) <= 5, resampled
+
+
 def test_our_service_gives_word_timestamps_within_the_audio(ours: dict[str, Any]) -> None:
     turn = ours["turn"]
     wire = turn["wire_words"]

@@ -267,7 +267,11 @@ class VoicelaneTTSService(WebsocketTTSService):
 
     def _open_wire_context(self, context_id: str, options: Mapping[str, Any]) -> None:
         rate_hz = int(options["sample_rate_hz"])
-        resampler = create_stream_resampler() if rate_hz != self.sample_rate else None
+        # One context's audio is one continuous stream, paced with gaps: the resampler keeps
+        # its history across them (and gives up its tail at ``done``).
+        resampler = (
+            create_stream_resampler(clear_after_secs=None) if rate_hz != self.sample_rate else None
+        )
         self._wire_contexts[context_id] = _WireContext(rate_hz, resampler)
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
@@ -381,8 +385,7 @@ class VoicelaneTTSService(WebsocketTTSService):
             if self._wire_contexts.pop(context_id, None) is not None:
                 await self._call_event_handler("on_context_cancelled", context_id)
             return
-        if kind == "done":
-            self._wire_contexts.pop(context_id, None)
+        done_context = self._wire_contexts.pop(context_id, None) if kind == "done" else None
         # What belongs to an interrupted (or unknown) context is dropped.
         if not self.audio_context_available(context_id):
             return
@@ -395,6 +398,7 @@ class VoicelaneTTSService(WebsocketTTSService):
             )
         elif kind == "done":
             await self.stop_ttfb_metrics()
+            await self._flush_resampler(context_id, done_context)
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)
 
@@ -408,6 +412,15 @@ class VoicelaneTTSService(WebsocketTTSService):
         await self.stop_ttfb_metrics()
         frame = TTSAudioRawFrame(audio, self.sample_rate, 1, context_id=context_id)
         await self.append_to_audio_context(context_id, frame)
+
+    async def _flush_resampler(self, context_id: str, context: _WireContext | None) -> None:
+        """The resampled tail the resampler held back, at the end of the context's audio."""
+        if context is None or context.resampler is None:
+            return
+        tail = await context.resampler.flush()
+        if tail:
+            frame = TTSAudioRawFrame(tail, self.sample_rate, 1, context_id=context_id)
+            await self.append_to_audio_context(context_id, frame)
 
     async def _handle_error(self, message: dict[str, Any]) -> None:
         context_id = message.get("context_id")
