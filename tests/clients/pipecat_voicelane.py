@@ -387,9 +387,22 @@ async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]
             "done_duration_ms": received(service, "done", stop.context_id).get("duration_ms"),
         }
 
+    async def wrong_key(worker: PipelineWorker, seen: Seen, service: RecordingService) -> None:
+        await worker.queue_frame(TTSSpeakFrame(AFTER))
+
+        def errors() -> list[str]:
+            return [f.error for _, f in seen.up if isinstance(f, ErrorFrame)]
+
+        findings["wrong_key"] = {
+            "errors": await seen.until("an ErrorFrame", errors),
+            "usable": service.is_usable,
+            "audio_frames": len(audio_of(seen)),
+        }
+
     try:
         await in_pipeline(base_url, api_key, voice, SAMPLE_RATE_HZ, conversation)
         await in_pipeline(base_url, api_key, voice, UNOFFERED_RATE_HZ, resampled)
+        await in_pipeline(base_url, "not-a-key", voice, SAMPLE_RATE_HZ, wrong_key)
     except BaseException:
         print(json.dumps(findings, default=str), file=sys.stderr)
         raise

@@ -3,7 +3,8 @@ api``), driven from Pipecat's own environment (``.venv/clients/pipecat``, tests/
 
 - our plugin, ``voicelane_pipecat.VoicelaneTTSService`` (``integrations/pipecat``, over
   ``/v1/agent``), in a pipeline: PCM frames at the pipeline's rate, word timestamps, an
-  interruption mid-utterance that stops its audio within 100 ms with the cancel acknowledged;
+  interruption mid-utterance that stops its audio within 100 ms with the cancel acknowledged,
+  a refused context and a wrong key as ErrorFrames, a rate the server does not offer;
 - Pipecat's own ``OpenAITTSService`` (``/v1/audio/speech``): audio frames with OpenAI's
   ``marin``, and a request the server refuses becomes an ErrorFrame (OpenAI's 400, which
   Pipecat catches as ``BadRequestError``), not an exception escaping the service.
@@ -146,3 +147,10 @@ def test_openais_sdk_gets_a_bad_request_error_in_openais_shape(
     error = raw["body"]["error"]
     assert set(error) >= {"message", "type", "param", "code"}, raw
     assert error["type"] == "invalid_request_error" and error["param"] == "voice", raw
+
+
+def test_a_wrong_key_is_an_authentication_error_frame(ours: dict[str, Any]) -> None:
+    wrong = ours["wrong_key"]
+    assert any("unauthenticated" in e and "API key" in e for e in wrong["errors"]), wrong
+    # Permanent (retrying will not help): Pipecat stops giving the service work.
+    assert wrong["usable"] is False and wrong["audio_frames"] == 0, wrong

@@ -27,6 +27,7 @@ from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame, TTSStoppe
 from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, WebsocketTTSService
+from pipecat.utils.errors import ErrorCategory
 from pipecat.utils.types import NOT_GIVEN, NotGiven, is_given
 from websockets.protocol import State
 
@@ -48,6 +49,25 @@ def agent_url(url: str) -> str:
     if not path.endswith("/v1/agent"):
         path += "/agent" if path.endswith("/v1") else "/v1/agent"
     return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+
+
+class RefusedError(ConnectionError):
+    """The server answered the connection with an ``error`` instead of ``ready``."""
+
+    def __init__(self, message: Mapping[str, Any]) -> None:
+        super().__init__(describe_error(message))
+        self.code = str(message.get("code") or "")
+
+
+def error_category(error: Exception) -> ErrorCategory | None:
+    """Pipecat's category for a failed connection: a refused key is permanent (retrying
+    will not help); anything else is left to Pipecat's own classification."""
+    if isinstance(error, RefusedError):
+        if error.code == "UNAUTHENTICATED":
+            return ErrorCategory.AUTHENTICATION
+        if error.code == "PERMISSION_DENIED":
+            return ErrorCategory.AUTHORIZATION
+    return None
 
 
 def wire_sample_rate(wanted_hz: int, offered_hz: Sequence[int]) -> int:
@@ -217,8 +237,12 @@ class VoicelaneTTSService(WebsocketTTSService):
             self._websocket = websocket
             await self._call_event_handler("on_connected")
         except Exception as e:
-            await self.push_error(error_msg=f"voicelane: cannot connect: {e}", exception=e)
             self._websocket = None
+            await self.push_error(
+                error_msg=f"voicelane: cannot connect: {e}",
+                exception=e,
+                category=error_category(e),
+            )
             await self._call_event_handler("on_connection_error", f"{e}")
 
     async def _await_ready(self, websocket: Any) -> dict[str, Any]:
@@ -228,7 +252,7 @@ class VoicelaneTTSService(WebsocketTTSService):
         if message.get("type") == "ready":
             return dict(message)
         if message.get("type") == "error":
-            raise ConnectionError(describe_error(message))
+            raise RefusedError(message)
         raise ConnectionError(f"expected a ready message, got {str(raw)[:200]!r}")
 
     async def _disconnect_websocket(self) -> None:
@@ -278,9 +302,14 @@ class VoicelaneTTSService(WebsocketTTSService):
         """Append ``text`` to the context (opening it on the server with its first text);
         with sentence aggregation, flush it so the sentence is spoken at once. Audio arrives
         on the receive task."""
+        if not self._websocket or self._websocket.state is State.CLOSED:
+            await self._connect()
+            if not self._websocket:
+                # The connection failed (and said why): this text goes unspoken.
+                yield TTSStoppedFrame(context_id=context_id)
+                await self.remove_audio_context(context_id)
+                return
         try:
-            if not self._websocket or self._websocket.state is State.CLOSED:
-                await self._connect()
             message: dict[str, Any] = {"type": "append", "context_id": context_id, "text": text}
             if context_id not in self._wire_contexts:
                 options = self._context_options()
