@@ -3,7 +3,8 @@ against a running server: an LLM turn streamed as tokens (frames, PCM at the pip
 word timestamps), an interruption while a long utterance's audio flows (how soon its audio
 stops in the pipeline, the server's cancel acknowledgement, nothing of it after), the next
 utterance on the same connection, a context the server refuses (an unknown voice) as an
-ErrorFrame; then a pipeline at a rate the server does not offer (22050 Hz: resampled).
+ErrorFrame; then a pipeline at a rate the server does not offer (22050 Hz: resampled), one
+with a wrong key, and the LLM turn again with tokens streamed as they come (TOKEN mode).
 
 Usage: pipecat_voicelane.py BASE_URL API_KEY [VOICE]. Prints one JSON line of findings last.
 """
@@ -35,6 +36,7 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.tts_service import TextAggregationMode
 from pipecat.workers.runner import WorkerRunner
 from voicelane_pipecat import VoicelaneTTSService
 
@@ -328,12 +330,17 @@ Steps = Callable[[PipelineWorker, Seen, RecordingService], Awaitable[None]]
 
 
 async def in_pipeline(
-    base_url: str, api_key: str, voice: str | None, rate_hz: int, steps: Steps
+    base_url: str,
+    api_key: str,
+    voice: str | None,
+    rate_hz: int,
+    steps: Steps,
+    **options: Any,
 ) -> RecordingService:
     """Run ``steps`` in a pipeline [tap, our service, tap] at output rate ``rate_hz``, then
     end it (EndFrame) and wait until it has."""
     seen = Seen()
-    service = RecordingService(url=base_url, api_key=api_key, voice=voice)
+    service = RecordingService(url=base_url, api_key=api_key, voice=voice, **options)
     pipeline = Pipeline(
         [Tap(seen, FrameDirection.UPSTREAM), service, Tap(seen, FrameDirection.DOWNSTREAM)]
     )
@@ -387,6 +394,9 @@ async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]
             "done_duration_ms": received(service, "done", stop.context_id).get("duration_ms"),
         }
 
+    async def tokens(worker: PipelineWorker, seen: Seen, service: RecordingService) -> None:
+        findings["token_turn"] = await llm_turn(worker, seen, service)
+
     async def wrong_key(worker: PipelineWorker, seen: Seen, service: RecordingService) -> None:
         await worker.queue_frame(TTSSpeakFrame(AFTER))
 
@@ -403,6 +413,14 @@ async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]
         await in_pipeline(base_url, api_key, voice, SAMPLE_RATE_HZ, conversation)
         await in_pipeline(base_url, api_key, voice, UNOFFERED_RATE_HZ, resampled)
         await in_pipeline(base_url, "not-a-key", voice, SAMPLE_RATE_HZ, wrong_key)
+        await in_pipeline(
+            base_url,
+            api_key,
+            voice,
+            SAMPLE_RATE_HZ,
+            tokens,
+            text_aggregation_mode=TextAggregationMode.TOKEN,
+        )
     except BaseException:
         print(json.dumps(findings, default=str), file=sys.stderr)
         raise

@@ -59,8 +59,16 @@ def openai_service(stack: Stack) -> dict[str, Any]:
     return findings
 
 
-def test_our_service_streams_pcm_at_the_pipelines_rate(ours: dict[str, Any]) -> None:
-    turn = ours["turn"]
+# The LLM turn: Pipecat's sentences appended and flushed one by one (its default), or its
+# tokens appended as they come (TOKEN mode: the server cuts the sentences).
+TURNS = pytest.mark.parametrize("turn_name", ["turn", "token_turn"], ids=["sentences", "tokens"])
+
+
+@TURNS
+def test_our_service_streams_pcm_at_the_pipelines_rate(
+    ours: dict[str, Any], turn_name: str
+) -> None:
+    turn = ours[turn_name]
     assert turn["started_sample_rate_hz"] == PIPELINE_RATE_HZ, turn
     assert turn["frame_sample_rates_hz"] == [PIPELINE_RATE_HZ], turn
     assert turn["frame_channels"] == [1], turn
@@ -78,8 +86,11 @@ def test_a_rate_the_server_does_not_offer_is_resampled_whole(ours: dict[str, Any
     assert abs(resampled["audio_s"] * 1000 - resampled["done_duration_ms"]) <= 5, resampled
 
 
-def test_our_service_gives_word_timestamps_within_the_audio(ours: dict[str, Any]) -> None:
-    turn = ours["turn"]
+@TURNS
+def test_our_service_gives_word_timestamps_within_the_audio(
+    ours: dict[str, Any], turn_name: str
+) -> None:
+    turn = ours[turn_name]
     wire = turn["wire_words"]
     spoken = " ".join(w["text"] for w in wire)
     for word in ("Hello", "Pipecat", "quick", "brown", "fox", "lazy", "dog", "time"):
