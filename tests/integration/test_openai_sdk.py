@@ -87,7 +87,7 @@ def pcm_duration_s(pcm: bytes) -> float:
 def decoded(data: bytes) -> tuple[np.ndarray[Any, Any], int]:
     """The audio of a file, decoded by PyAV (FFmpeg): mono float samples and the rate."""
     samples = []
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), mode="r") as container:
         stream = container.streams.audio[0]
         rate = int(stream.codec_context.sample_rate or 0)
         for frame in container.decode(stream):
