@@ -202,7 +202,8 @@ class VoicelaneTTSService(WebsocketTTSService):
     async def _connect(self) -> None:
         await super()._connect()
         await self._connect_websocket()
-        if self._websocket and not self._receive_task:
+        # A receive loop that ended (the server closed the connection normally) is replaced.
+        if self._websocket and (not self._receive_task or self._receive_task.done()):
             self._receive_task = self.create_task(self._receive_task_handler(self._report_error))
 
     async def _disconnect(self) -> None:
