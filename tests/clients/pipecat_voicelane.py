@@ -38,7 +38,7 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.workers.runner import WorkerRunner
-from voicelane_pipecat import VoicelaneTTSService
+from voicelane_pipecat import VoicelaneTTSService, agent_url
 
 SAMPLE_RATE_HZ = 16000  # not the server's default (24000): the pipeline's rate is asked for
 UNOFFERED_RATE_HZ = 22050  # not offered by the server: 24000 is asked for and resampled
@@ -371,7 +371,18 @@ async def in_pipeline(
 
 
 async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
-    findings: dict[str, Any] = {"pipecat_sample_rate_hz": SAMPLE_RATE_HZ}
+    findings: dict[str, Any] = {
+        "pipecat_sample_rate_hz": SAMPLE_RATE_HZ,
+        "agent_urls": {
+            url: agent_url(url)
+            for url in (
+                "http://h:8000",
+                "https://h/v1/",
+                "ws://h:8000/v1/agent",
+                "http://h/prefix?x=1",
+            )
+        },
+    }
 
     async def conversation(worker: PipelineWorker, seen: Seen, service: RecordingService) -> None:
         findings["max_contexts"] = service.max_contexts

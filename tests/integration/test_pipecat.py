@@ -160,6 +160,15 @@ def test_openais_sdk_gets_a_bad_request_error_in_openais_shape(
     assert error["type"] == "invalid_request_error" and error["param"] == "voice", raw
 
 
+def test_the_service_takes_a_base_url_or_the_agent_url(ours: dict[str, Any]) -> None:
+    assert ours["agent_urls"] == {
+        "http://h:8000": "ws://h:8000/v1/agent",
+        "https://h/v1/": "wss://h/v1/agent",
+        "ws://h:8000/v1/agent": "ws://h:8000/v1/agent",
+        "http://h/prefix?x=1": "ws://h/prefix/v1/agent?x=1",
+    }
+
+
 def test_a_wrong_key_is_an_authentication_error_frame(ours: dict[str, Any]) -> None:
     wrong = ours["wrong_key"]
     assert any("unauthenticated" in e and "API key" in e for e in wrong["errors"]), wrong
