@@ -137,6 +137,22 @@ def timing_errors_ms(text: str, words: Sequence[dict[str, Any]], pcm: bytes) -> 
     ]
 
 
+def worst_first_words(runs: Sequence[ContextRun], count: int = 6) -> str:
+    """The sentence-first words farthest from their onset (signed ms), for the notes."""
+    found: dict[str, float] = {}
+    for run in runs:
+        pcm = run.pcm
+        onsets = onsets_ms(voiced_frames(pcm))
+        for word in sentence_starts(run.text, run.words):
+            if onsets:
+                near = min(onsets, key=lambda at: abs(at - word["start_ms"]))
+                error = float(word["start_ms"] - near)
+                if abs(error) > abs(found.get(word["text"], 0.0)):
+                    found[word["text"]] = error
+    worst = sorted(found.items(), key=lambda item: -abs(item[1]))[:count]
+    return ", ".join(f"{text} {error:+.0f} ms" for text, error in worst)
+
+
 def words_on_voice(words: Sequence[dict[str, Any]], pcm: bytes) -> tuple[int, int]:
     """(words whose span holds voiced audio, words)."""
     voiced = voiced_frames(pcm)
@@ -162,7 +178,7 @@ class ContextRun:
     first_audio_s: float | None = None
     t0: float | None = None
     worst_late_s: float = 0.0
-    pcm: bytearray = field(default_factory=bytearray)
+    audio_b64: list[str] = field(default_factory=list)
     words: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
     cancel_sent: float | None = None
@@ -179,7 +195,11 @@ class ContextRun:
             self.first_audio.set()
         late = now - (self.t0 + message["pts_ms"] / 1000)
         self.worst_late_s = max(self.worst_late_s, late)
-        self.pcm.extend(base64.b64decode(message["audio"]))
+        self.audio_b64.append(message["audio"])  # decoded after the run (client CPU)
+
+    @property
+    def pcm(self) -> bytes:
+        return b"".join(base64.b64decode(part) for part in self.audio_b64)
 
 
 def pieces(text: str, rng: random.Random) -> list[str]:
@@ -345,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from voicelane.core.redis_server import RedisServer
 
+    load_before = os.getloadavg()[0]
+
     overrides = {
         **OVERRIDES,
         "VOICELANE_REALTIME__SLOTS_PER_WORKER": str(args.slots),
@@ -365,6 +387,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"... agent {args.connections} x {args.contexts}", file=sys.stderr, flush=True)
             groups = plan(args.connections, args.contexts)
             wall_s = asyncio.run(load(url, groups, **timing))
+            runs = list(itertools.chain.from_iterable(groups))
+            notes = worst_first_words([r for r in runs if r.done])
             rows = [
                 row(
                     f"{args.connections} × {args.contexts}",
@@ -391,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             lane.stop()
             redis_server.stop()
     print(
-        f"## bench.agent: {args.workers} GPU workers (espeak), {os.cpu_count()} CPU cores, "
+        f"## bench.agent: {args.workers} GPU workers (espeak), {os.cpu_count()} CPU cores "
+        f"(load average {load_before:.1f} at the start), "
         f"pieces every {args.piece_ms:g} ms, cancel {args.cancel_after_ms:g} ms after first "
         "audio on every second connection's last context\n"
     )
@@ -403,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )  # fmt: skip
     for line in rows:
         print(line)
+    print(f"\nsentence-first words farthest from their onset: {notes}")
 
 
 if __name__ == "__main__":

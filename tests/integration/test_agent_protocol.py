@@ -208,7 +208,12 @@ def test_flush_speaks_an_unfinished_sentence_and_close_ends_with_done(stack: Sta
 
     client = run(main())
     context = client.contexts["f"]
-    assert [w["text"] for w in context.words][-1] == "and"
+    assert [w["text"] for w in context.words] == ["Good", "morning", "to", "you", "and"]
+    text = "Good morning to you and"
+    for word in context.words:  # spans across the flush, into the text as appended
+        assert text[word["char_start"] : word["char_end"]] == word["text"]
+    starts = [w["start_ms"] for w in context.words]
+    assert starts == sorted(starts) and starts[-1] < context.duration_ms
     assert context.types()[-1] == "done"
 
 
