@@ -53,14 +53,14 @@ log = logging.getLogger(__name__)
 router = APIRouter(tags=["openai"], route_class=OpenAIRoute)
 
 SPEECH_FORMATS = {
-    "mp3": "mp3",
-    "opus": "ogg",
-    "aac": "aac",
-    "flac": "flac",
-    "wav": "wav",
-    "pcm": "pcm",
+    "mp3": "MP3",
+    "opus": "OGG",
+    "aac": "AAC",
+    "flac": "FLAC",
+    "wav": "WAV",
+    "pcm": "PCM",
 }
-"""OpenAI's ``response_format`` → the value of the :class:`StreamEncoding` the worker makes
+"""OpenAI's ``response_format`` → the :class:`StreamEncoding` (by member name) the worker makes
 (``aac``: ``StreamEncoding.AAC``, ADTS)."""
 STREAM_FORMATS = ("audio", "sse")
 WARNING_HEADER = "X-Voicelane-Warning"
@@ -134,14 +134,14 @@ class SpeechRequest(BaseModel):
 
 def speech_encoding(response_format: str) -> StreamEncoding:
     """The encoding of OpenAI's ``response_format``; 400 naming the formats otherwise."""
-    value = SPEECH_FORMATS.get(response_format.lower())
-    if value is None:
+    member = SPEECH_FORMATS.get(response_format.lower())
+    if member is None:
         raise InvalidInputError(
             f"response_format {response_format!r} is not supported; use "
             + ", ".join(SPEECH_FORMATS),
             field="response_format",
         )
-    return StreamEncoding(value)
+    return StreamEncoding[member]
 
 
 def stream_format(value: str) -> str:
