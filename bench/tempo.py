@@ -87,17 +87,17 @@ def render(
     audio: list[PcmF32] = []
     total_s = stretch_s = 0.0
     for text in sentences:
-        start = time.perf_counter()
+        start = time.process_time()
         [pcm] = engine.synthesize([Utterance(text, voice, way.engine_speed)])
         resampler = StreamResampler(engine.sample_rate_hz, rate_hz)
         pcm = np.concatenate([resampler.process(pcm), resampler.flush()])
-        rendered = time.perf_counter()
+        rendered = time.process_time()
         if way.tempo != 1.0:
             stretcher = TempoStretcher(rate_hz, way.tempo)
             step = round(PIECE_S * rate_hz)
             parts = [stretcher.process(pcm[i : i + step]) for i in range(0, len(pcm), step)]
             pcm = np.concatenate([*parts, stretcher.flush()])
-        done = time.perf_counter()
+        done = time.process_time()
         total_s += done - start
         stretch_s += done - rendered
         audio.append(pcm)
