@@ -14,11 +14,15 @@ words) is spoken by espeak (0.5 to 2.5 on its own) at each target speed, every w
   ``espeak``, so not repeated).
 
 Each sentence is resampled to ``--rate`` (the lane's default delivery rate) and stretched in
-0.4 s pieces, as the worker does. Columns:
+0.4 s pieces, as the worker does. espeak renders each speed once (its output depends a little
+on what it rendered before): every way through the same espeak speed stretches the same audio,
+so ``atempo``'s rows differ from ``none`` by the stretch alone. Columns:
 
-* ``x RT`` — seconds of audio delivered / seconds of CPU to render (espeak) and stretch it,
-  best of ``--repeat``; ``vs none``: that speed as a fraction of the baseline's;
-* ``stretch x RT`` — seconds of audio out / seconds in ``atempo`` alone;
+* ``x RT`` — seconds of audio delivered / seconds of CPU (``process_time``: this process's, so
+  other load on the machine does not count) to render it (espeak, the resampler) and stretch
+  it, each the best of ``--repeat``; ``vs none``: as a fraction of the baseline's. At speed 4
+  a delivered second holds four seconds of speech, so even a free stretch would cost 4x;
+* ``stretch x RT`` — seconds of audio delivered / CPU seconds in ``atempo`` alone;
 * ``duration`` — audio delivered / expected (the baseline's duration / speed), all sentences;
 * ``WER`` — pocketsphinx's word error rate (:mod:`bench.intelligibility`: its noise floor,
   its FFT resampler to 16 kHz), all sentences; ``vs none``: the difference from the baseline.
@@ -76,32 +80,59 @@ def ways(min_speed: float, max_speed: float) -> list[Way]:
     return out
 
 
+@dataclass
+class Rendered:
+    """The sentences at one espeak speed, resampled to the delivery rate."""
+
+    audio: list[PcmF32]
+    cpu_s: float
+    """Best of the repeats: espeak and the resampler."""
+
+
 def render(
-    engine: Engine, voice: str, sentences: list[str], way: Way, rate_hz: int
-) -> tuple[list[PcmF32], float, float]:
-    """Each sentence at ``way``; (audio, seconds rendering + stretching, seconds stretching)."""
+    engine: Engine, voice: str, sentences: list[str], speed: float, *, rate_hz: int, repeat: int
+) -> Rendered:
+    """Each sentence by ``engine`` at ``speed``, resampled to ``rate_hz``: the first run's audio
+    (espeak's output depends a little on what it rendered before: every way to a speed stretches
+    this same audio, so their differences are the stretch's own) and the best run's CPU time."""
     from voicelane.common.audio.pcm import StreamResampler
-    from voicelane.common.audio.tempo import TempoStretcher
     from voicelane.workers.engines import Utterance
 
     audio: list[PcmF32] = []
-    total_s = stretch_s = 0.0
-    for text in sentences:
+    best_s = float("inf")
+    for run in range(repeat):
         start = time.process_time()
-        [pcm] = engine.synthesize([Utterance(text, voice, way.engine_speed)])
-        resampler = StreamResampler(engine.sample_rate_hz, rate_hz)
-        pcm = np.concatenate([resampler.process(pcm), resampler.flush()])
-        rendered = time.process_time()
-        if way.tempo != 1.0:
-            stretcher = TempoStretcher(rate_hz, way.tempo)
-            step = round(PIECE_S * rate_hz)
+        out: list[PcmF32] = []
+        for text in sentences:
+            [pcm] = engine.synthesize([Utterance(text, voice, speed)])
+            resampler = StreamResampler(engine.sample_rate_hz, rate_hz)
+            out.append(np.concatenate([resampler.process(pcm), resampler.flush()]))
+        best_s = min(best_s, time.process_time() - start)
+        if run == 0:
+            audio = out
+    return Rendered(audio, best_s)
+
+
+def stretched(
+    audio: list[PcmF32], tempo: float, rate_hz: int, repeat: int
+) -> tuple[list[PcmF32], float]:
+    """Each sentence through a :class:`TempoStretcher` in 0.4 s pieces; the best CPU time."""
+    from voicelane.common.audio.tempo import TempoStretcher
+
+    if tempo == 1.0:
+        return audio, 0.0
+    step = round(PIECE_S * rate_hz)
+    out: list[PcmF32] = []
+    best_s = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        out = []
+        for pcm in audio:
+            stretcher = TempoStretcher(rate_hz, tempo)
             parts = [stretcher.process(pcm[i : i + step]) for i in range(0, len(pcm), step)]
-            pcm = np.concatenate([*parts, stretcher.flush()])
-        done = time.process_time()
-        total_s += done - start
-        stretch_s += done - rendered
-        audio.append(pcm)
-    return audio, total_s, stretch_s
+            out.append(np.concatenate([*parts, stretcher.flush()]))
+        best_s = min(best_s, time.process_time() - start)
+    return out, best_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,16 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     caps = engine.capabilities()
     sentences = load_sentences()
     rate_hz: int = args.rate
+    repeat: int = args.repeat
+    all_ways = ways(caps.min_speed, caps.max_speed)
+    render(engine, "auto", sentences[:2], 1.0, rate_hz=rate_hz, repeat=1)  # warm-up
+    renders = {
+        speed: render(engine, "auto", sentences, speed, rate_hz=rate_hz, repeat=repeat)
+        for speed in sorted({w.engine_speed for w in all_ways})
+    }
     rows: list[Row] = []
-    for way in ways(caps.min_speed, caps.max_speed):
-        render(engine, "auto", sentences[:1], way, rate_hz)  # warm-up
-        runs = [render(engine, "auto", sentences, way, rate_hz) for _ in range(args.repeat)]
-        audio = runs[0][0]
-        cpu_s = min(r[1] for r in runs)
-        stretch_s = min(r[2] for r in runs)
+    for way in all_ways:
+        source = renders[way.engine_speed]
+        audio, stretch_s = stretched(source.audio, way.tempo, rate_hz, repeat)
         seconds_out = sum(len(a) for a in audio) / rate_hz
         heard = [(a, rate_hz) for a in audio]
-        rows.append(Row(way, seconds_out, cpu_s, stretch_s, heard))
+        rows.append(Row(way, seconds_out, source.cpu_s + stretch_s, stretch_s, heard))
 
     base = rows[0]
     scores = {
