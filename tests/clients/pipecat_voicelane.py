@@ -291,19 +291,26 @@ async def interruption(
     }
 
 
-async def refused_voice(worker: PipelineWorker, seen: Seen, voice: str | None) -> dict[str, Any]:
-    """An unknown voice: the server refuses the context; Pipecat gets an ErrorFrame and the
-    pipeline goes on (the voice set back, the next utterance is spoken)."""
+async def refused_voice(
+    worker: PipelineWorker, seen: Seen, service: RecordingService, voice: str | None
+) -> dict[str, Any]:
+    """An unknown voice for a turn of three sentences: the server refuses the context;
+    Pipecat gets one ErrorFrame for the turn (the rest of the turn is not sent), the service
+    stays usable, and with the voice set back the next utterance is spoken."""
     mark_up = len(seen.up)
     mark = len(seen.down)
     settings = VoicelaneTTSService.Settings
     await worker.queue_frame(TTSUpdateSettingsFrame(delta=settings(voice="no-such-voice")))
-    await worker.queue_frame(TTSSpeakFrame("This voice does not exist."))
+    await worker.queue_frame(LLMFullResponseStartFrame())
+    for sentence in ("This voice does not exist. ", "Nor does this one. ", "Nor this one."):
+        await worker.queue_frame(LLMTextFrame(sentence))
+    await worker.queue_frame(LLMFullResponseEndFrame())
 
-    def error() -> ErrorFrame | None:
-        return next((f for _, f in seen.up[mark_up:] if isinstance(f, ErrorFrame)), None)
+    def turn_over() -> bool:
+        ended = any(isinstance(f, LLMFullResponseEndFrame) for _, f in seen.down[mark:])
+        return ended and any(isinstance(f, ErrorFrame) for _, f in seen.up[mark_up:])
 
-    frame = await seen.until("the ErrorFrame", error)
+    await seen.until("the refused turn's end and its ErrorFrame", turn_over)
     await worker.queue_frame(TTSUpdateSettingsFrame(delta=settings(voice=voice)))
     mark_next = len(seen.down)
     await worker.queue_frame(TTSSpeakFrame("And this one does."))
@@ -319,8 +326,13 @@ async def refused_voice(worker: PipelineWorker, seen: Seen, voice: str | None) -
         )
 
     stop = await seen.until("the utterance after the error", spoken)
+    errors = [f.error for _, f in seen.up[mark_up:] if isinstance(f, ErrorFrame)]
+    appends = [m for _, m in service.sent[-20:] if m["type"] == "append"]
     return {
-        "error": frame.error,
+        "errors": errors,
+        "voicelane_errors": [e for e in errors if e.startswith("voicelane:")],
+        "refused_appends": sum(1 for m in appends if m.get("voice") == "no-such-voice"),
+        "usable": service.is_usable,
         "audio_of_refused": duration_s(audio_of(seen, start=mark, end=mark_next)),
         "audio_s_after": duration_s(audio_of(seen, stop.context_id)),
     }
@@ -388,7 +400,7 @@ async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]
         findings["max_contexts"] = service.max_contexts
         findings["turn"] = await llm_turn(worker, seen, service)
         findings["interruption"] = await interruption(worker, seen, service)
-        findings["refused_voice"] = await refused_voice(worker, seen, voice)
+        findings["refused_voice"] = await refused_voice(worker, seen, service, voice)
         findings["errors_before_end"] = [f.error for _, f in seen.up if isinstance(f, ErrorFrame)]
 
     async def resampled(worker: PipelineWorker, seen: Seen, service: RecordingService) -> None:

@@ -119,11 +119,14 @@ def test_an_interruption_stops_the_audio_within_100_ms(ours: dict[str, Any]) -> 
     assert cut["next_context_id"] != cut["context_id"] and cut["next_audio_s"] > 0.5, cut
 
 
-def test_a_refused_context_is_an_error_frame_and_the_pipeline_goes_on(
+def test_a_refused_context_is_one_error_frame_and_the_pipeline_goes_on(
     ours: dict[str, Any],
 ) -> None:
     refused = ours["refused_voice"]
-    assert "no-such-voice" in refused["error"] and "voice" in refused["error"], refused
+    # One error for the turn of three sentences: the rest of the turn was not sent.
+    assert len(refused["voicelane_errors"]) == 1, refused
+    assert "no-such-voice" in refused["voicelane_errors"][0], refused
+    assert refused["refused_appends"] == 1 and refused["usable"], refused
     assert refused["audio_of_refused"] == 0, refused
     assert refused["audio_s_after"] > 0.5, refused
 

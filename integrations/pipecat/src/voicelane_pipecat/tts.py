@@ -179,6 +179,8 @@ class VoicelaneTTSService(WebsocketTTSService):
         self._max_contexts: int | None = None
         self._wire_contexts: dict[str, _WireContext] = {}
         self._receive_task: asyncio.Task[None] | None = None
+        # Contexts the server failed, until their turn ends: their later text goes unsent.
+        self._failed_contexts: set[str] = set()
         self._register_event_handler("on_context_cancelled")
 
     def can_generate_metrics(self) -> bool:
@@ -303,6 +305,9 @@ class VoicelaneTTSService(WebsocketTTSService):
         """Append ``text`` to the context (opening it on the server with its first text);
         with sentence aggregation, flush it so the sentence is spoken at once. Audio arrives
         on the receive task."""
+        if context_id in self._failed_contexts:
+            # The server failed this context (and said why): the rest of its turn goes unsaid.
+            return
         if not self._websocket or self._websocket.state is State.CLOSED:
             await self._connect()
             if not self._websocket:
@@ -340,6 +345,10 @@ class VoicelaneTTSService(WebsocketTTSService):
         context_id = self._turn_context_id
         await super().on_turn_context_completed()
         await self._close_wire_context(context_id)
+        if context_id in self._failed_contexts:
+            self._failed_contexts.discard(context_id)
+            if self.audio_context_available(context_id):
+                await self._stop_context_audio(context_id)
 
     async def _close_wire_context(self, context_id: str | None) -> None:
         context = self._wire_contexts.get(context_id) if context_id else None
@@ -415,27 +424,44 @@ class VoicelaneTTSService(WebsocketTTSService):
             if self._wire_contexts.pop(context_id, None) is not None:
                 await self._call_event_handler("on_context_cancelled", context_id)
             return
-        done_context = self._wire_contexts.pop(context_id, None) if kind == "done" else None
-        # What belongs to an interrupted (or unknown) context is dropped.
-        if not self.audio_context_available(context_id):
+        context = self._wire_contexts.get(context_id)
+        if context is None:
+            # Not a context open here: text sent for a context as the server failed it opened
+            # a new one under its id, which nobody will close: cancelled, nothing of it played.
+            if kind == "started":
+                await self._cancel_stray_context(context_id)
+            return
+        if context.cancel_sent_at is not None:
+            return  # interrupted: its audio, words and end are dropped
+        if not self.audio_context_available(context_id) and context_id != self._turn_context_id:
+            # Its audio context is gone (it went quiet past ``stop_frame_timeout_s`` and its
+            # turn is over): too late to play. The current turn's is opened again (Pipecat's
+            # ``append_to_audio_context``).
             return
         if kind == "audio":
-            await self._handle_audio(context_id, message)
+            await self._handle_audio(context, context_id, message)
         elif kind == "words":
             words = message.get("words") or []
             await self.add_word_timestamps(
                 [(str(w["text"]), float(w["start_ms"]) / 1000.0) for w in words], context_id
             )
         elif kind == "done":
+            del self._wire_contexts[context_id]
             await self.stop_ttfb_metrics()
-            await self._flush_resampler(context_id, done_context)
-            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
-            await self.remove_audio_context(context_id)
+            await self._flush_resampler(context_id, context)
+            await self._stop_context_audio(context_id)
 
-    async def _handle_audio(self, context_id: str, message: dict[str, Any]) -> None:
+    async def _cancel_stray_context(self, context_id: str) -> None:
+        try:
+            await self._send({"type": "cancel", "context_id": context_id})
+        except Exception as e:
+            logger.debug(f"{self}: cannot cancel stray context {context_id}: {e}")
+
+    async def _handle_audio(
+        self, context: _WireContext, context_id: str, message: dict[str, Any]
+    ) -> None:
         audio = base64.b64decode(message.get("audio") or "")
-        context = self._wire_contexts.get(context_id)
-        if context and context.resampler and audio:
+        if context.resampler and audio:
             audio = await context.resampler.resample(audio, context.wire_rate_hz, self.sample_rate)
         if not audio:
             return
@@ -443,9 +469,9 @@ class VoicelaneTTSService(WebsocketTTSService):
         frame = TTSAudioRawFrame(audio, self.sample_rate, 1, context_id=context_id)
         await self.append_to_audio_context(context_id, frame)
 
-    async def _flush_resampler(self, context_id: str, context: _WireContext | None) -> None:
+    async def _flush_resampler(self, context_id: str, context: _WireContext) -> None:
         """The resampled tail the resampler held back, at the end of the context's audio."""
-        if context is None or context.resampler is None:
+        if context.resampler is None:
             return
         tail = await context.resampler.flush()
         if tail:
@@ -459,12 +485,26 @@ class VoicelaneTTSService(WebsocketTTSService):
             # The connection failed; the server closes it and the receive loop reconnects.
             await self.push_error(error_msg=text)
             return
-        self._wire_contexts.pop(context_id, None)
-        if self.audio_context_available(context_id):
-            await self.stop_all_metrics()
-            await self.push_error(error_msg=f"{text} (context {context_id})")
-            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
-            await self.remove_audio_context(context_id)
+        if self._wire_contexts.pop(context_id, None) is None:
+            # Already ended here (the answer to a flush or close sent as it failed, say).
+            logger.debug(f"{self}: {text} (context {context_id}, already ended)")
+            return
+        if not self.audio_context_available(context_id):
+            return  # interrupted meanwhile
+        await self.stop_all_metrics()
+        await self.push_error(error_msg=f"{text} (context {context_id})")
+        if context_id == self._turn_context_id:
+            # The turn goes on writing: the rest of its text is not sent (one error per
+            # context, not one per sentence) and its audio context ends with the turn.
+            self._failed_contexts.add(context_id)
+        else:
+            await self._stop_context_audio(context_id)
+
+    async def _stop_context_audio(self, context_id: str) -> None:
+        """End a context's audio (a TTSStoppedFrame, then its end) when the server will send
+        no more of it."""
+        await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+        await self.remove_audio_context(context_id)
 
 
 def describe_error(message: Mapping[str, Any]) -> str:
