@@ -112,7 +112,13 @@ class RecordingService(VoicelaneTTSService):
         self.sent: list[tuple[float, dict[str, Any]]] = []
         self.received: list[tuple[float, dict[str, Any]]] = []
         self.word_times: list[tuple[str, float, str | None]] = []
+        self.cancelled_ids: list[str] = []
         self.cancel_acked = asyncio.Event()
+
+        @self.event_handler("on_context_cancelled")
+        async def _on_cancelled(_service: VoicelaneTTSService, context_id: str) -> None:
+            self.cancelled_ids.append(context_id)
+            self.cancel_acked.set()
 
     async def _send(self, message: dict[str, Any]) -> None:
         self.sent.append((time.monotonic(), message))
@@ -120,8 +126,6 @@ class RecordingService(VoicelaneTTSService):
 
     async def _handle_message(self, message: dict[str, Any]) -> None:
         self.received.append((time.monotonic(), message))
-        if message.get("type") == "cancelled":
-            self.cancel_acked.set()
         await super()._handle_message(message)
 
     async def add_word_timestamps(
@@ -273,6 +277,7 @@ async def interruption(
         "frames_after_interrupt": sum(1 for at, _ in frames if at > interrupted_at),
         "last_audio_after_interrupt_ms": (last_audio_at - interrupted_at) * 1000,
         "cancel_sent": cancel_sent is not None,
+        "on_context_cancelled": service.cancelled_ids,
         "cancel_sent_after_interrupt_ms": (
             (cancel_sent - interrupted_at) * 1000 if cancel_sent is not None else None
         ),

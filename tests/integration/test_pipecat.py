@@ -114,6 +114,7 @@ def test_an_interruption_stops_the_audio_within_100_ms(ours: dict[str, Any]) -> 
     assert cut["last_audio_after_interrupt_ms"] <= 100, cut
     assert cut["cancel_sent"] and cut["cancel_sent_after_interrupt_ms"] <= 100, cut
     assert cut["cancel_ack_ms"] is not None and cut["cancel_ack_ms"] <= 1000, cut
+    assert cut["on_context_cancelled"] == [cut["context_id"]], cut
     assert cut["wire_messages_after_cancelled"] == 0 and not cut["done_of_interrupted"], cut
     # The connection goes on: the next utterance is spoken in a context of its own.
     assert cut["next_context_id"] != cut["context_id"] and cut["next_audio_s"] > 0.5, cut
