@@ -49,7 +49,9 @@ TURN = (
 )
 LONG = " ".join(
     [
-        "This is a long answer that keeps going for a while, so that it can be interrupted.",
+        "This is a long answer that keeps going for a while, so that it can be interrupted"
+        " somewhere in the middle of its first sentence, long before it reaches the end of"
+        " that sentence or any of the sentences that come after it.",
         "It talks about rivers and mountains and the weather in the valley.",
         "It lists the seasons one by one, spring and summer and autumn and winter.",
         "It describes the trains that run along the coast from town to town every morning.",
@@ -59,7 +61,7 @@ LONG = " ".join(
     ]
 )
 AFTER = "Back again after the interruption."
-INTERRUPT_AFTER_AUDIO_S = 4.0  # past the server's lookahead: audio arrives paced, 1x
+INTERRUPT_AFTER_AUDIO_S = 2.5  # into the first sentence, while its audio arrives paced
 
 
 class Seen:
@@ -266,8 +268,20 @@ async def interruption(
         for at, m in service.received
         if m.get("context_id") == context_id and m["type"] == "audio" and at <= interrupted_at
     ]
+    # Where it was cut: the words whose audio had begun, and the rest of their sentence.
+    heard = [
+        w
+        for _, m in service.received
+        if m.get("type") == "words" and m.get("context_id") == context_id
+        for w in m["words"]
+        if w["start_ms"] < before * 1000
+    ]
+    heard_end = heard[-1]["char_end"] if heard else 0
+    sentence_end = LONG.find(".", heard_end)
     return {
         "context_id": context_id,
+        "heard_text": LONG[:heard_end],
+        "unheard_rest_of_sentence": LONG[heard_end : sentence_end + 1],
         "wire_audio_before_interrupt": len(wire_audio),
         "wire_audio_span_before_interrupt_ms": (wire_audio[-1] - wire_audio[0]) * 1000,
         "last_wire_audio_before_interrupt_ms": (interrupted_at - wire_audio[-1]) * 1000,

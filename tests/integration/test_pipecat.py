@@ -111,6 +111,8 @@ def test_an_interruption_stops_the_audio_within_100_ms(ours: dict[str, Any]) -> 
     # Interrupted while its audio flowed, well before its end.
     assert cut["audio_s_before_interrupt"] >= 1.5, cut
     assert cut["audio_s_total"] < cut["text_s_estimate"] / 2, cut
+    # Mid-sentence: words of the sentence being spoken were still to come.
+    assert cut["heard_text"] and len(cut["unheard_rest_of_sentence"].split()) >= 2, cut
     assert cut["last_audio_after_interrupt_ms"] <= 100, cut
     assert cut["cancel_sent"] and cut["cancel_sent_after_interrupt_ms"] <= 100, cut
     assert cut["cancel_ack_ms"] is not None and cut["cancel_ack_ms"] <= 1000, cut
