@@ -70,6 +70,11 @@ E = TypeVar("E", bound=Eventable)
 
 MAX_QUEUED_SYNTHESES = 4
 """Syntheses one connection may have waiting behind the one running."""
+LINGER_S = 1.0
+LINGER_MAX_BYTES = 1024 * 1024
+"""After an error, what the client still sends is read and dropped for this long (this
+much at most) before the socket closes: closing with unread input would reset the
+connection, and the client could lose the error event itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,7 @@ class WyomingSession:
         """The text stream between ``synthesize-start`` and ``synthesize-stop``."""
         self._busy = False
         self._gone = False
+        self._failed = False
         self._write_lock = asyncio.Lock()
         self.syntheses = 0
         """Syntheses finished on this connection."""
@@ -131,6 +137,8 @@ class WyomingSession:
             for task in (reading, working):
                 task.cancel()
             await asyncio.gather(reading, working, return_exceptions=True)
+            if self._failed:
+                await _linger(self.reader, self.writer)
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
@@ -353,6 +361,7 @@ class WyomingSession:
         ends (the caller returns)."""
         if self._gone:
             return
+        self._failed = True
         failure = client_error(error, where="wyoming connection")
         log.info("wyoming: %s: %s", failure.code, failure.message)
         with contextlib.suppress(Exception):
@@ -376,6 +385,21 @@ def _check_voice(voice: SynthesizeVoice | None) -> None:
         value = getattr(voice, name)
         if value is not None and not isinstance(value, str):
             raise MalformedRequestError(f"voice.{name} must be a string", field="voice")
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Our side closed (the client reads the error, then the end), the client's input read
+    and dropped until it closes its side, for :data:`LINGER_S` at most."""
+
+    async def drain() -> None:
+        taken = 0
+        while taken < LINGER_MAX_BYTES and (data := await reader.read(64 * 1024)):
+            taken += len(data)
+
+    with contextlib.suppress(Exception):
+        if writer.can_write_eof():
+            writer.write_eof()
+        await asyncio.wait_for(drain(), LINGER_S)
 
 
 async def _feed(conversation: Conversation, texts: asyncio.Queue[str | None]) -> None:

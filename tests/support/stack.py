@@ -2,8 +2,9 @@
 
 :class:`Stack` starts ``voicelane worker`` (GPU side and CPU side), ``voicelane api``,
 ``voicelane grpc``, ``voicelane wyoming`` and ``voicelane flower`` as child processes against a
-given Redis and storage, waits until they answer, and stops (or SIGKILLs) them on request. Logs go to files in the lane's directory and
-are printed when a test fails, so a failure says what the processes did.
+given Redis and storage, waits until they answer, and stops (or SIGKILLs) them on request.
+Logs go to files in the lane's directory and are printed when a test fails, so a failure says
+what the processes did.
 """
 
 from __future__ import annotations
@@ -195,12 +196,13 @@ class Stack:
         wait_for(serving, 60, "the gRPC front to serve")
         return proc
 
-    def wyoming(self, extra_env: dict[str, str] | None = None) -> Proc:
-        """The Wyoming server, acting as tenant ``acme`` (its key: ``VOICELANE_WYOMING_API_KEY``
-        unless ``extra_env`` says otherwise); ready once it answers ``describe``."""
+    def wyoming(self, name: str = "wyoming", extra_env: dict[str, str] | None = None) -> Proc:
+        """A Wyoming server (its port: :attr:`wyoming_port`, until the next one starts), acting
+        as tenant ``acme`` unless ``extra_env`` sets another ``VOICELANE_WYOMING_API_KEY``;
+        ready once it answers ``describe``."""
         self.wyoming_port = free_port()
         env = {"VOICELANE_WYOMING_API_KEY": ACME_KEY, **(extra_env or {})}
-        proc = self.spawn("wyoming", "wyoming", "--port", str(self.wyoming_port), extra_env=env)
+        proc = self.spawn(name, "wyoming", "--port", str(self.wyoming_port), extra_env=env)
 
         def serving() -> bool:
             if not proc.alive():
