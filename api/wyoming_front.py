@@ -33,6 +33,7 @@ from voicelane.api.wyoming_events import error_event
 from voicelane.api.wyoming_session import SessionConfig, WyomingSession
 from voicelane.api.wyoming_wire import MAX_HEADER_BYTES
 from voicelane.common.errors import AuthError, ConfigError, NoCapacityError
+from voicelane.core import metrics
 from voicelane.core.lane.front import RealtimeClient
 from voicelane.core.ledger import Ledger
 from voicelane.core.settings import WyomingSettings
@@ -124,6 +125,8 @@ async def start_front(settings: WyomingSettings, lane: RealtimeClient) -> Wyomin
     )
     port = int(server.sockets[0].getsockname()[1])
     log.info("Wyoming server listening on %s:%d (tenant %s)", settings.wyoming_host, port, tenant)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
     return WyomingFront(server, gateway, port, tenant, sessions)
 
 
