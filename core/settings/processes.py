@@ -315,7 +315,8 @@ class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, WyomingSettings, 
 
     metrics_base_port: int = Field(9101, ge=1, le=65000)
     """The workers, the gRPC front and the Wyoming server serve ``/metrics`` on consecutive
-    ports from here (the API on its own port); the list is written to ``{state_dir}/prometheus-targets.json``."""
+    ports from here (the API on its own port); the list is written to
+    ``{state_dir}/prometheus-targets.json``."""
 
     llm_standin_port: int = Field(11434, ge=1, le=65535)
     """``up --llm-standin``: the port of the stand-in Ollama server (Ollama's own port)."""
