@@ -221,7 +221,8 @@ class WyomingSession:
                 raise TextTooLargeError(
                     f"text: a text stream may send up to {limit} characters", field="text"
                 )
-            text.texts.put_nowait(chunk.text)
+            if chunk.text:  # empty ones would only fill the queue
+                text.texts.put_nowait(chunk.text)
         elif SynthesizeStop.is_type(kind):
             if self._open_text is None:
                 raise InvalidInputError("synthesize-stop without synthesize-start", field="event")
@@ -353,8 +354,12 @@ class WyomingSession:
         if not events:
             return
         async with self._write_lock:
-            for event in events:
-                await async_write_event(event, self.writer)
+            try:
+                for event in events:
+                    await async_write_event(event, self.writer)
+            except ConnectionError:
+                self._gone = True  # the client left: the caller ends quietly (no error to send)
+                raise
 
     async def _fail(self, error: Exception) -> None:
         """The error event (the client's error, as every front maps it); the connection then

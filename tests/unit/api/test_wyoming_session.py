@@ -82,6 +82,8 @@ class FakeStream:
     sent: list[str] = field(default_factory=list)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     wait_for_end: bool = False
+    delay_s: float = 0.0
+    """A slow synthesis: this long before the first chunk."""
 
     async def __aenter__(self) -> FakeStream:
         return self
@@ -92,6 +94,7 @@ class FakeStream:
     async def chunks(self) -> AsyncGenerator[StreamChunk, None]:
         if self.wait_for_end:
             await self.ended.wait()
+        await asyncio.sleep(self.delay_s)
         for item in self.script:
             yield item
         if self.hold:
@@ -137,11 +140,13 @@ class FakeGateway:
 
 
 @asynccontextmanager
-async def connected(gateway: FakeGateway) -> AsyncIterator[AsyncTcpClient]:
+async def connected(
+    gateway: FakeGateway, config: SessionConfig = CONFIG
+) -> AsyncIterator[AsyncTcpClient]:
     sessions: list[asyncio.Task[None]] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        session = WyomingSession(reader, writer, cast(StreamGateway, gateway), CONFIG)
+        session = WyomingSession(reader, writer, cast(StreamGateway, gateway), config)
         task = asyncio.ensure_future(session.run())
         sessions.append(task)
         await task
@@ -391,3 +396,28 @@ def test_syntheses_on_one_connection_run_in_order() -> None:
 
     assert run(go()) == [b"\x01\x00", b"\x02\x00"]
     assert [text for _, text, _ in gateway.asks] == ["One.", "Two."]
+
+
+def test_an_idle_connection_is_closed_but_not_one_that_is_synthesizing() -> None:
+    stream = FakeStream([chunk(0, b"\x01\x00" * 8)], hold=True, delay_s=0.25)
+    gateway = FakeGateway(streams=[stream])
+    quick = SessionConfig(
+        tenant="acme", max_event_bytes=4096, samples_per_chunk=4, idle_timeout_s=0.05
+    )
+
+    async def go() -> tuple[Error, Event | None, bool]:
+        async with connected(gateway, quick) as client:
+            error = Error.from_event((await read_until(client, "error"))[-1])
+            end = await client.read_event()
+        async with connected(gateway, quick) as client:
+            await client.write_event(Synthesize(text="Hello.").event())
+            await read_until(client, "audio-chunk")  # five idle periods later: still open
+            await client.write_event(Ping(text="still there").event())
+            await read_until(client, "pong")
+            still_open = not stream.closed.is_set()
+        return error, end, still_open
+
+    error, end, still_open = run(go())
+    assert error.code == "deadline_exceeded"
+    assert end is None
+    assert still_open
