@@ -51,3 +51,14 @@ def test_the_command_refuses_to_start_with_one_line_saying_what_to_set(
     assert main(["wyoming", "--port", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "set VOICELANE_WYOMING_API_KEY" in err[0], err
+
+
+def test_up_runs_the_server_when_it_has_a_tenant_and_refuses_a_key_that_is_nobodys() -> None:
+    from voicelane.api.stack import _wyoming_tenant
+    from voicelane.core.settings import StackSettings
+
+    assert _wyoming_tenant(StackSettings(dev_mode=True)) == "demo"
+    assert _wyoming_tenant(StackSettings(api_keys=KEYS, wyoming_api_key="acme-key-0001")) == "acme"
+    assert _wyoming_tenant(StackSettings(api_keys=KEYS)) is None, "runs the rest without it"
+    with pytest.raises(ConfigError, match="not one of VOICELANE_API_KEYS"):
+        _wyoming_tenant(StackSettings(api_keys=KEYS, wyoming_api_key="nobodys-key"))
