@@ -14,7 +14,7 @@
   the last chunk has ``finish_reason`` and ``usage``; then ``data: [DONE]``. Audio is paced
   just ahead of playback (a live player).
 * not streamed: one ``chat.completion`` with ``message.audio.data`` (base64 of the whole reply
-  in ``audio.format``: ``wav``, ``mp3``, ``flac``, ``opus`` or ``pcm16``) and
+  in ``audio.format``: ``wav``, ``mp3``, ``flac``, ``opus``, ``aac`` or ``pcm16``) and
   ``message.audio.transcript``, rendered as fast as the workers can.
 * without ``"audio"`` in ``modalities``: the LLM's text only, as OpenAI answers
   (``message.content`` / ``delta.content``).
@@ -70,6 +70,7 @@ CHAT_FORMATS = {
     "mp3": StreamEncoding.MP3,
     "flac": StreamEncoding.FLAC,
     "opus": StreamEncoding.OGG,
+    "aac": StreamEncoding.AAC,
 }
 OPENAI_SAMPLE_RATE_HZ = 24000
 OPENAI_MODEL_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
