@@ -8,7 +8,8 @@ base64 in JSON) 10 MiB, anything else 64 KiB. A body
 that announces more (``Content-Length``) is refused at once with 413 without reading a byte;
 one that streams in (chunked) is counted as it arrives and refused the moment it passes the
 limit — the route sees :class:`~voicelane.common.errors.TextTooLargeError`, which the app's error
-handler turns into its 413 JSON body.
+handler turns into its 413 JSON body. The OpenAI routes (:data:`OPENAI_PATHS`) get OpenAI's error
+shape either way.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from voicelane.api.failures import http_reply
+from voicelane.api.failures import http_reply, openai_reply
 from voicelane.common.errors import TextTooLargeError
 
 KIB = 1024
+OPENAI_PATHS = frozenset(
+    {"/v1/audio/speech", "/v1/chat/completions", "/v1/models", "/v1/audio/voices"}
+)
+"""The OpenAI routes: a body refused here gets OpenAI's error shape
+(:mod:`voicelane.api.openai_compat`), as their own refusals do."""
 DEFAULT_LIMIT_BYTES = 64 * KIB
 """Bodies of routes that take none or a small JSON object (cancel, lookups)."""
 ENVELOPE_BYTES = 64 * KIB
@@ -75,7 +81,8 @@ class BodyLimit:
         limit = self.limit_for(scope["method"], scope["path"])
         announced = _content_length(scope)
         if announced is not None and announced > limit:
-            await _refuse(send, f"request body of {announced:,} bytes is over {limit:,} bytes")
+            message = f"request body of {announced:,} bytes is over {limit:,} bytes"
+            await _refuse(send, message, openai=scope["path"].rstrip("/") in OPENAI_PATHS)
             return
         received = 0
 
@@ -101,8 +108,9 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, message: str) -> None:
-    reply = http_reply(TextTooLargeError(message))
+async def _refuse(send: Send, message: str, *, openai: bool = False) -> None:
+    """413 in the app's shape (``openai``: OpenAI's, on the OpenAI routes)."""
+    reply = (openai_reply if openai else http_reply)(TextTooLargeError(message))
     body = json.dumps(reply.body).encode()
     await send(
         {

@@ -147,6 +147,11 @@ class StreamAsk:
     """The tenant's lexicons to apply; None: its default lexicon, if any."""
     seed: int | None = None
     """The sampling seed (engines that sample); None: a fresh draw."""
+    stretch_speed: bool = False
+    """Take any speed from 0.25 to 4 (:data:`~voicelane.core.rules.STRETCH_MIN_SPEED` to
+    :data:`~voicelane.core.rules.STRETCH_MAX_SPEED`), whatever the engine: it renders the
+    nearest speed it can and the worker time-stretches the audio by the rest (the request's
+    ``tempo``). False: the engine's own range only (a speed beyond it is refused)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,9 +599,10 @@ class StreamGateway:
         )
         await self._submit(request, text, chosen_id=ask.request_id is not None)
         log.info(
-            "stream %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g encoding=%s chars=%d",
+            "stream %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g tempo=%g encoding=%s "
+            "chars=%d",
             request.request_id, tenant, request.voice, request.sample_rate_hz, request.speed,
-            request.encoding.value, len(text),
+            request.tempo, request.encoding.value, len(text),
         )  # fmt: skip
         return self._stream(Stream, request, client_gone, ask.front)
 
@@ -616,8 +622,9 @@ class StreamGateway:
         )
         await self._submit(request, None, chosen_id=ask.request_id is not None)
         log.info(
-            "conversation %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g",
+            "conversation %s submitted: tenant=%s voice=%s rate=%d Hz speed=%g tempo=%g",
             request.request_id, tenant, request.voice, request.sample_rate_hz, request.speed,
+            request.tempo,
         )  # fmt: skip
         conversation = self._stream(Conversation, request, client_gone, ask.front)
         assert isinstance(conversation, Conversation)
@@ -788,6 +795,7 @@ class StreamGateway:
             allowed_rates=stream_sample_rates(ask.encoding),
             encoding=ask.encoding.value,
             custom_voice=voice.speaker is not None,
+            stretch_speed=ask.stretch_speed,
         )
         client_ts_ms = check_client_ts_ms(ask.client_ts_ms)
         request_id = (
@@ -808,6 +816,7 @@ class StreamGateway:
             engine=voice.engine,
             speaker=voice.speaker,
             seed=check_seed(ask.seed),
+            tempo=options.tempo,
         )
 
     async def _submit(self, request: StreamRequest, text: str | None, *, chosen_id: bool) -> None:

@@ -40,6 +40,10 @@ from voicelane.core.text_input import (
 DEFAULT_VOICE = "auto"
 """Every engine's default voice: the engine picks by the text's script."""
 DEFAULT_SPEED = 1.0
+STRETCH_MIN_SPEED = 0.25
+STRETCH_MAX_SPEED = 4.0
+"""The speeds a request that allows time-stretching (``stretch_speed``) may ask of any engine
+(OpenAI's range): the engine renders what it can, the audio is time-stretched by the rest."""
 SEED_VOICE_PREFIX = "seed:"
 """Engines that draw speakers from a seed (ChatTTS) accept any ``seed:N`` as a voice."""
 MAX_SEED = 2**63 - 1
@@ -133,7 +137,11 @@ class SpeechOptions:
 
     voice: str
     speed: float
+    """What the engine renders at (within its range)."""
     sample_rate_hz: int
+    tempo: float = 1.0
+    """What the audio is time-stretched by after the engine: the speed asked is ``speed x
+    tempo``; 1 unless the request allows stretching and asked a speed beyond the engine's."""
 
 
 # ---- the rules --------------------------------------------------------------------------------
@@ -215,6 +223,13 @@ def check_sample_rate(
     return int(sample_rate_hz)
 
 
+def split_speed(speed: float, caps: EngineCapabilities) -> tuple[float, float]:
+    """``(engine speed, tempo)`` for a speed: the engine's nearest (``speed`` clamped into its
+    range) and the factor left for time-stretching (``speed / engine speed``; 1 within it)."""
+    engine_speed = min(max(speed, caps.min_speed), caps.max_speed)
+    return engine_speed, (1.0 if engine_speed == speed else speed / engine_speed)
+
+
 def check_speech_options(
     caps: EngineCapabilities,
     *,
@@ -224,13 +239,25 @@ def check_speech_options(
     allowed_rates: Sequence[int],
     encoding: str,
     custom_voice: bool = False,
+    stretch_speed: bool = False,
 ) -> SpeechOptions:
     """Voice, speed and output rate of one request, defaults applied. ``custom_voice``: the
-    voice is a tenant's voice or a mix, already resolved for this engine (``custom:...``)."""
+    voice is a tenant's voice or a mix, already resolved for this engine (``custom:...``).
+    ``stretch_speed``: any speed from :data:`STRETCH_MIN_SPEED` to :data:`STRETCH_MAX_SPEED`
+    (or the engine's own, where wider) is taken, what the engine cannot reach becoming the
+    ``tempo`` the audio is stretched by (:func:`split_speed`); without it, the engine's range."""
+    if stretch_speed:
+        asked = check_speed(
+            speed, min(caps.min_speed, STRETCH_MIN_SPEED), max(caps.max_speed, STRETCH_MAX_SPEED)
+        )
+        engine_speed, tempo = split_speed(asked, caps)
+    else:
+        engine_speed, tempo = check_speed(speed, caps.min_speed, caps.max_speed), 1.0
     return SpeechOptions(
         voice=voice or DEFAULT_VOICE if custom_voice else check_voice(voice, caps),
-        speed=check_speed(speed, caps.min_speed, caps.max_speed),
+        speed=engine_speed,
         sample_rate_hz=check_sample_rate(sample_rate_hz, allowed_rates, encoding=encoding),
+        tempo=tempo,
     )
 
 

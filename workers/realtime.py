@@ -26,7 +26,11 @@ A session:
    than ``lookahead_s`` of audio is ahead of playback, and encodes at most
    ``encode_ahead_s`` ahead — real-time work stays just ahead of the listener. File-style
    (``paced`` false): as fast as the batcher delivers;
-4. resamples, encodes in the request's encoding — 20 ms Opus packets (the first goes out
+4. resamples, time-stretches when the request has a ``tempo`` (a speed beyond the engine's:
+   :class:`~voicelane.common.audio.tempo.TempoStretcher`, one filter for the whole stream —
+   per sentence in a conversation, whose next text may be long in coming — and every time it
+   sends, pts, captions, words and marks, is that of the stretched audio), encodes in the
+   request's encoding — 20 ms Opus packets (the first goes out
    alone, then ``frames_per_chunk`` per entry), or the bytes of a file / raw PCM for a front
    that needs those — and appends to the request's output stream with contiguous ``seq`` and
    ``pts_ms``, a caption before each sentence's audio, ``end`` last; the engine's word events
@@ -68,6 +72,7 @@ from voicelane.common.audio import (
     silence,
 )
 from voicelane.common.audio.stream import ByteStreamEncoder
+from voicelane.common.audio.tempo import TempoStretcher
 from voicelane.common.errors import (
     DeadlineExceededError,
     ShuttingDownError,
@@ -322,10 +327,14 @@ class Session:
         end)."""
         self._trailing_marks: tuple[str, ...] = ()
         """An SSML document's marks after its last word: reported at the end."""
-        self._base_ms = 0
+        self._base_ms = 0.0
         self._samples_out = 0
         """The stream's clock: ``_base_ms`` (where this worker took over) plus the samples it
-        delivered to the encoder (at the request's rate)."""
+        delivered to the encoder (at the request's rate) — before any time-stretch: what is
+        heard is at that time / ``tempo`` (:meth:`_heard_ms`)."""
+        self._tempo: TempoStretcher | None = None
+        """The time-stretch between the resampler and the encoder (``request.tempo`` not 1);
+        None at tempo 1: no filter, nothing scaled."""
         self._first_input: list[tuple[str, InputPiece]] = []
         self._read_ms = 0
         """How far the client has taken the output (the front's read mark, last seen)."""
@@ -425,7 +434,9 @@ class Session:
         else:
             out = _ByteOutput(request, self.settings)
         resampler = StreamResampler(engine.sample_rate_hz, request.sample_rate_hz)
-        self._base_ms = resume.pts_ms
+        if request.tempo != 1.0:
+            self._tempo = TempoStretcher(request.sample_rate_hz, request.tempo)
+        self._base_ms = resume.pts_ms * request.tempo  # on the unstretched clock
         after_break = False
         async for sentence in self._sentences():
             seg = sentence.segment
@@ -433,6 +444,7 @@ class Session:
                 after_break = seg.pause_after_ms is not None
                 continue
             await self._pace(out.produced_ms, self.settings.lookahead_s)
+            caption_ms = out.produced_ms if self._tempo is None else self._heard_ms()
             self._hold(
                 OutputEvent(
                     EventKind.CAPTION,
@@ -440,16 +452,21 @@ class Session:
                     text=sentence.caption,
                     start=sentence.source.offset + seg.start,
                     end=sentence.source.offset + seg.end,
-                    pts_ms=out.produced_ms,
+                    pts_ms=caption_ms,
                     sentence=sentence.index,
                 )
             )
             await self._say(sentence, out, resampler, after_break=after_break)
             after_break = seg.pause_after_ms is not None
             await self._encode(out, resampler.flush(), sentence.index)
+            if request.mode is Mode.CONVERSE:
+                # The next text may be long in coming: the sentence's tail must not wait for
+                # it in the filter (a sentence ends in silence: a fresh filter leaves no seam).
+                await self._end_stretch(out, sentence.index, restart=True)
             await self._send(out.end_sentence(sentence.index))
+        await self._end_stretch(out, -1, restart=False)
         await self._send(out.close())
-        end_ms = round(self._stream_ms())  # marks after the last word: on the final chunk
+        end_ms = self._heard_ms()  # marks after the last word: on the final chunk
         self._marks.extend(MarkTiming(name, end_ms) for name in self._trailing_marks)
         details = json.dumps({"warnings": self._warnings}) if self._warnings else ""
         words, self._words = tuple(self._words), []
@@ -500,7 +517,15 @@ class Session:
             await self._deliver(out, resampler, pause, sentence.index)
 
     def _timed(self, words: list[WordTiming], marks: list[MarkTiming]) -> None:
-        """Words and marks go out with the next audio entry."""
+        """Words and marks go out with the next audio entry (their times those of the audio
+        heard: the unstretched ones / tempo)."""
+        tempo = self.request.tempo
+        if self._tempo is not None:
+            words = [
+                replace(w, start_ms=round(w.start_ms / tempo), end_ms=round(w.end_ms / tempo))
+                for w in words
+            ]
+            marks = [replace(m, time_ms=round(m.time_ms / tempo)) for m in marks]
         self._words.extend(words)
         self._marks.extend(marks)
 
@@ -526,8 +551,13 @@ class Session:
         )
 
     def _stream_ms(self) -> float:
-        """Where the next sample delivered will be heard, on the stream's clock."""
+        """Where the next sample delivered will be, on the stream's clock before any
+        time-stretch (the engine's time)."""
         return self._base_ms + self._samples_out * 1000 / self.request.sample_rate_hz
+
+    def _heard_ms(self) -> int:
+        """Where the next sample delivered will be heard: :meth:`_stream_ms` / tempo."""
+        return round(self._stream_ms() / self.request.tempo)
 
     async def _deliver(
         self,
@@ -548,9 +578,24 @@ class Session:
             await self._encode(out, resampler.process(piece), sentence)
 
     async def _encode(self, out: _OpusOutput | _ByteOutput, pcm: PcmF32, sentence: int) -> None:
-        """Audio at the request's rate to the encoder (the stream's clock advances)."""
+        """Audio at the request's rate to the encoder (the stream's clock advances), through
+        the time-stretch when there is one."""
         self._samples_out += len(pcm)
+        if self._tempo is not None:
+            pcm = self._tempo.process(pcm)
         await self._send(out.write(pcm, sentence))
+
+    async def _end_stretch(
+        self, out: _OpusOutput | _ByteOutput, sentence: int, *, restart: bool
+    ) -> None:
+        """What the time-stretch holds, to the encoder (at the end, or, ``restart``, at a
+        sentence's end with a fresh filter for what follows)."""
+        if self._tempo is None:
+            return
+        tail = self._tempo.flush()
+        if restart:
+            self._tempo = TempoStretcher(self.request.sample_rate_hz, self.request.tempo)
+        await self._send(out.write(tail, sentence))
 
     async def _send(self, pieces: list[_Audio]) -> None:
         if not pieces:

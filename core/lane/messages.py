@@ -88,6 +88,11 @@ class StreamRequest:
     ``custom:<digest>``)."""
     seed: int | None = None
     """The sampling seed of every sentence (engines that sample); None: a fresh draw."""
+    tempo: float = 1.0
+    """The time-stretch factor the worker applies to the engine's audio (``speed`` is what the
+    engine renders at; the speed asked was ``speed x tempo``): 2 gives half as long. Its times
+    (pts, captions, words, marks) are those of the stretched audio. An entry without it (the
+    previous release's) reads as 1; a worker of the previous release ignores it."""
 
     def to_fields(self) -> dict[str, str]:
         speaker = {} if self.speaker is None else {"speaker": self.speaker.to_json()}
@@ -104,6 +109,7 @@ class StreamRequest:
             "deadline_ms": str(self.deadline_ms),
             "mode": self.mode.value,
             "speed": repr(self.speed),
+            "tempo": repr(self.tempo),
             "client_ts_ms": str(self.client_ts_ms),
             "encoding": self.encoding.value,
             "paced": "1" if self.paced else "0",
@@ -121,6 +127,7 @@ class StreamRequest:
             deadline_ms=int(f["deadline_ms"]),
             mode=Mode(f.get("mode", Mode.SYNTHESIZE.value)),
             speed=float(f.get("speed", "1.0")),
+            tempo=float(f.get("tempo", "1.0")),
             client_ts_ms=int(f.get("client_ts_ms", "0")),
             encoding=StreamEncoding(f.get("encoding", StreamEncoding.OPUS.value)),
             paced=f.get("paced", "1") != "0",

@@ -11,7 +11,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 from starlette.types import Message
 
-from voicelane.api.body_limit import BodyLimit, route_limits
+from voicelane.api.body_limit import OPENAI_PATHS, BodyLimit, route_limits
 from voicelane.common.errors import TextTooLargeError
 
 LIMITS = route_limits(max_upload_bytes=1000, speech_bytes=500)
@@ -47,6 +47,28 @@ def test_a_body_within_the_limit_passes() -> None:
 def test_an_announced_body_over_the_limit_is_refused_unread() -> None:
     response = client().post("/v1/audio/speech", content=b"x" * 501)
     assert response.status_code == 413 and response.json()["error"]["code"] == "text_too_large"
+    assert response.json()["error"]["type"] == "invalid_request_error"  # OpenAI's shape there
+    response = client().post("/v1/text", content=b"x" * 501)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "text_too_large"
+    assert "type" not in response.json()["error"]  # voicelane's shape elsewhere
+
+
+def test_the_openai_paths_are_the_openai_routes() -> None:
+    """Every route of the REST app's routers that answers in OpenAI's flavour, and no other."""
+    import importlib
+    import pkgutil
+
+    from fastapi.routing import APIRoute
+
+    import voicelane.api.routes
+    from voicelane.api.openai_compat import OpenAIRoute
+
+    routes: list[APIRoute] = []
+    for module in pkgutil.iter_modules(voicelane.api.routes.__path__):
+        routes_module = importlib.import_module(f"voicelane.api.routes.{module.name}")
+        router = getattr(routes_module, "router", None)
+        routes.extend(r for r in getattr(router, "routes", ()) if isinstance(r, APIRoute))
+    assert {r.path for r in routes if isinstance(r, OpenAIRoute)} == OPENAI_PATHS
 
 
 def test_a_streamed_body_is_cut_when_it_passes_the_limit() -> None:

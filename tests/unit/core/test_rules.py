@@ -25,6 +25,7 @@ from voicelane.core.rules import (
     check_speed,
     check_voice,
     seed_of,
+    split_speed,
 )
 from voicelane.core.text import has_speakable_text, split_sentences
 from voicelane.workers.engines import Utterance
@@ -143,6 +144,56 @@ def test_speech_options_apply_every_default() -> None:
         encoding="opus",
     )
     assert (options.voice, options.speed, options.sample_rate_hz) == ("auto", 1.0, 24000)
+    assert options.tempo == 1.0
+
+
+def _speed_options(
+    speed: float | None, *, stretch: bool, caps: EngineCapabilities = CAPS
+) -> tuple[float, float]:
+    options = check_speech_options(
+        caps,
+        voice=None,
+        speed=speed,
+        sample_rate_hz=None,
+        allowed_rates=OPUS_RATES,
+        encoding="opus",
+        stretch_speed=stretch,
+    )
+    return options.speed, options.tempo
+
+
+def test_speeds_beyond_the_engine_are_refused_unless_the_request_allows_stretching() -> None:
+    for speed in (0.25, 0.4, 3.0, 4.0):
+        with pytest.raises(InvalidInputError, match=r"out of range \(0\.5 to 2\.5\)") as caught:
+            _speed_options(speed, stretch=False)
+        refusal(caught, "speed")
+    # Allowed: the engine renders the nearest speed it can, the rest is the tempo.
+    assert _speed_options(4.0, stretch=True) == (2.5, 4.0 / 2.5)
+    assert _speed_options(0.25, stretch=True) == (0.5, 0.5)
+    assert _speed_options(3.0, stretch=True) == (2.5, 3.0 / 2.5)
+    # Within the engine's range nothing is stretched, allowed or not.
+    for asked in (0.5, 1.0, 1.7, 2.5, None):
+        engine_speed = 1.0 if asked is None else asked
+        assert _speed_options(asked, stretch=True) == (engine_speed, 1.0)
+        assert _speed_options(asked, stretch=False) == (engine_speed, 1.0)
+    # Stretching has OpenAI's range (0.25 to 4), whatever the engine: one of speed 1 only too.
+    fixed = EngineCapabilities("fixed", 24000, 1.0, 1.0, (VoiceInfo("auto"),))
+    assert _speed_options(0.25, stretch=True, caps=fixed) == (1.0, 0.25)
+    assert _speed_options(4.0, stretch=True, caps=fixed) == (1.0, 4.0)
+    for bad in (0.249, 4.001, 0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(InvalidInputError, match=r"out of range \(0\.25 to 4\)") as caught:
+            _speed_options(bad, stretch=True)
+        refusal(caught, "speed")
+    # An engine whose own range is wider keeps it.
+    assert _speed_options(0.1, stretch=True, caps=SEEDED) == (0.1, 1.0)
+    assert _speed_options(4.0, stretch=True, caps=SEEDED) == (1.9, 4.0 / 1.9)
+
+
+def test_split_speed_is_the_engine_speed_times_the_tempo() -> None:
+    for speed in (0.25, 0.3, 0.5, 1.0, 2.0, 2.5, 3.3, 4.0):
+        engine_speed, tempo = split_speed(speed, CAPS)
+        assert CAPS.min_speed <= engine_speed <= CAPS.max_speed
+        assert engine_speed * tempo == pytest.approx(speed)
 
 
 def test_request_ids() -> None:

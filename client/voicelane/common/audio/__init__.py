@@ -4,8 +4,9 @@
   streaming), silence;
 - :mod:`voicelane.common.audio.opus` — 20 ms Opus packets for the real-time lane (libopus via
   opuslib);
-- :mod:`voicelane.common.audio.files` — Ogg/Opus, MP3, WAV, FLAC and M4B writers and a
-  decoding probe (PyAV).
+- :mod:`voicelane.common.audio.files` — Ogg/Opus, MP3, WAV, FLAC and M4B writers (and AAC
+  in ADTS for streams) and a decoding probe (PyAV);
+- :mod:`voicelane.common.audio.tempo` — time-stretching in pieces (libavfilter's ``atempo``).
 """
 
 from voicelane.common.audio.files import (

@@ -193,10 +193,12 @@ def validate_sample_rate(fmt: AudioFormat, sample_rate_hz: int) -> None:
         )
 
 
-def _validate_bitrate(fmt: AudioFormat, sample_rate_hz: int, bitrate_bps: int) -> None:
+def _validate_bitrate(fmt: AudioFormat | None, sample_rate_hz: int, bitrate_bps: int) -> None:
+    """``fmt`` None: AAC in ADTS (:func:`open_adts_writer`), whose bounds are m4b's."""
+    name = "aac" if fmt is None else fmt.value
     if fmt is AudioFormat.OGG:
         lo, hi = 6000, 510000
-    elif fmt is AudioFormat.M4B:
+    elif fmt is AudioFormat.M4B or fmt is None:
         lo = AAC_MIN_BITRATE_BPS
         hi = min(AAC_MAX_BITRATE_BPS, AAC_MAX_BITS_PER_SAMPLE * sample_rate_hz)
     elif sample_rate_hz >= 32000:  # MPEG-1 layer III
@@ -205,8 +207,7 @@ def _validate_bitrate(fmt: AudioFormat, sample_rate_hz: int, bitrate_bps: int) -
         lo, hi = 8000, 160000
     if not lo <= bitrate_bps <= hi:
         raise InvalidInputError(
-            f"{fmt.value} at {sample_rate_hz} Hz takes a bitrate of {lo}..{hi} bps, "
-            f"got {bitrate_bps}"
+            f"{name} at {sample_rate_hz} Hz takes a bitrate of {lo}..{hi} bps, got {bitrate_bps}"
         )
 
 
@@ -221,8 +222,9 @@ class AudioFileWriter(abc.ABC):
     flushed but not closed.
     """
 
-    def __init__(self, fmt: AudioFormat, sample_rate_hz: int) -> None:
+    def __init__(self, fmt: AudioFormat | None, sample_rate_hz: int) -> None:
         self.format = fmt
+        """The file format; None for AAC in ADTS, a stream encoding (:func:`open_adts_writer`)."""
         self.sample_rate_hz = sample_rate_hz
         self._samples = 0
         self._closed = False
@@ -297,6 +299,9 @@ _CODECS: dict[AudioFormat, _Codec] = {
     AudioFormat.M4B: _Codec("ipod", "aac", "fltp"),  # FFmpeg's muxer for .m4a/.m4b
 }
 
+ADTS_CODEC = _Codec("adts", "aac", "fltp")
+"""AAC-LC frames each behind an ADTS header: no index, no trailer, so it streams."""
+
 M4B_BRAND = "M4B "
 """The MP4 major brand of an audiobook (iTunes' ``M4B``; FFmpeg's ipod muxer would say M4A)."""
 
@@ -314,12 +319,12 @@ class _PyAVWriter(AudioFileWriter):
     def __init__(
         self,
         target: str | os.PathLike[str] | BinaryIO,
-        fmt: AudioFormat,
+        fmt: AudioFormat | None,
         sample_rate_hz: int,
         bitrate_bps: int | None,
     ) -> None:
         super().__init__(fmt, sample_rate_hz)
-        spec = _CODECS[fmt]
+        spec = ADTS_CODEC if fmt is None else _CODECS[fmt]
         self._sample_format = spec.sample_format
         file: str | BinaryIO = (
             os.fspath(target) if isinstance(target, str | os.PathLike) else target
@@ -424,6 +429,46 @@ def open_writer(
             bitrate = min(bitrate, AAC_MAX_BITS_PER_SAMPLE * int(sample_rate_hz))
         _validate_bitrate(fmt, sample_rate_hz, bitrate)
     return _PyAVWriter(target, fmt, int(sample_rate_hz), bitrate)
+
+
+def open_adts_writer(
+    target: str | os.PathLike[str] | BinaryIO,
+    sample_rate_hz: int,
+    *,
+    bitrate_bps: int | None = None,
+) -> AudioFileWriter:
+    """A writer of mono AAC-LC in ADTS (``.aac``, ``audio/aac``, what OpenAI's ``aac`` gives)
+    at one of :data:`AAC_SAMPLE_RATES_HZ`, to a path or any file object (seekable or not).
+
+    The same encoder and bitrates as m4b (FFmpeg's native ``aac``; 64000 bps by default, 48000
+    at 8 kHz); its ``format`` is None: ADTS is a stream encoding
+    (:class:`voicelane.common.audio.stream.StreamEncoding`), not a file format of jobs. ADTS
+    has no edit list, so the encoder's 1024-sample priming is not trimmed: FFmpeg decodes it to
+    the samples written plus 1024, plus the last frame's padding (``1024 <= extra <= 2047``,
+    :data:`ADTS_MAX_EXTRA_SAMPLES`). Raises UnsupportedFormatError for another rate and
+    InvalidInputError for a bad bitrate.
+    """
+    ok = (
+        isinstance(sample_rate_hz, int | np.integer)
+        and not isinstance(sample_rate_hz, bool)
+        and int(sample_rate_hz) in AAC_SAMPLE_RATES_HZ
+    )
+    if not ok:
+        listed = ", ".join(str(r) for r in AAC_SAMPLE_RATES_HZ)
+        raise UnsupportedFormatError(
+            f"aac does not support a sample rate of {sample_rate_hz!r} Hz; allowed: {listed}"
+        )
+    rate = int(sample_rate_hz)
+    default = min(DEFAULT_BITRATE_BPS[AudioFormat.M4B], AAC_MAX_BITS_PER_SAMPLE * rate)
+    bitrate = default if bitrate_bps is None else bitrate_bps
+    _validate_bitrate(None, rate, bitrate)
+    return _PyAVWriter(target, None, rate, bitrate)
+
+
+ADTS_PRIMING_SAMPLES = 1024
+ADTS_MAX_EXTRA_SAMPLES = ADTS_PRIMING_SAMPLES + 1023
+"""The most samples an ADTS stream decodes (with FFmpeg) longer than written: the priming and
+the last frame's padding."""
 
 
 # ---- reading -----------------------------------------------------------------------------

@@ -6,6 +6,9 @@ asks for the one it needs and the worker encodes it, so no front ever decodes an
 * ``opus`` — raw 20 ms Opus packets (gRPC and WebSocket clients decode them);
 * ``ogg`` (Ogg Opus), ``mp3``, ``wav``, ``flac`` — a file, produced as a byte stream
   (OpenAI's ``/v1/audio/speech``): the pieces concatenated are the whole file;
+* ``aac`` — AAC-LC frames each behind an ADTS header (OpenAI's ``aac``, ``audio/aac``):
+  streamable as it is, no index; it decodes with the encoder's 1024-sample priming at the
+  start (ADTS has no edit list to trim it: :func:`~voicelane.common.audio.files.open_adts_writer`);
 * ``pcm`` — raw 16-bit little-endian mono samples, no header (OpenAI's ``pcm``).
 
 ``m4b`` is deliberately not among them: MP4 writes its index after the audio and patches
@@ -15,7 +18,8 @@ non-seekable target for it); it is a file format for jobs and renders only.
 :class:`ByteStreamEncoder` produces the byte-stream encodings from float32 PCM in pieces.
 A WAV stream cannot know its length when it starts: its RIFF sizes are set to the maximum
 (FFmpeg and browsers read such streams to their end). MP3 and Ogg written to a stream carry
-no seek tables (see :mod:`voicelane.common.audio.files`).
+no seek tables (see :mod:`voicelane.common.audio.files`). AAC's pieces are whole ADTS frames,
+each ready once the encoder has seen the next ~0.1 s (its look-ahead and block size).
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from enum import StrEnum
 from typing import Any
 
 from voicelane.common.audio.files import (
+    AAC_SAMPLE_RATES_HZ,
     AudioFileWriter,
     AudioFormat,
     allowed_sample_rates,
+    open_adts_writer,
     open_writer,
 )
 from voicelane.common.audio.opus import OPUS_SAMPLE_RATES_HZ
@@ -44,6 +50,7 @@ class StreamEncoding(StrEnum):
     MP3 = "mp3"
     WAV = "wav"
     FLAC = "flac"
+    AAC = "aac"
     PCM = "pcm"
 
     @property
@@ -62,6 +69,7 @@ _MEDIA_TYPES = {
     StreamEncoding.MP3: "audio/mpeg",
     StreamEncoding.WAV: "audio/wav",
     StreamEncoding.FLAC: "audio/flac",
+    StreamEncoding.AAC: "audio/aac",
     StreamEncoding.PCM: "audio/pcm",
 }
 
@@ -79,6 +87,8 @@ def stream_sample_rates(encoding: StreamEncoding) -> Sequence[int]:
         return OPUS_SAMPLE_RATES_HZ
     if encoding is StreamEncoding.PCM:
         return allowed_sample_rates(AudioFormat.WAV)
+    if encoding is StreamEncoding.AAC:
+        return AAC_SAMPLE_RATES_HZ
     return allowed_sample_rates(_FILE_FORMATS[encoding])
 
 
@@ -133,6 +143,8 @@ class ByteStreamEncoder:
         fmt = _FILE_FORMATS.get(encoding)
         if encoding is StreamEncoding.WAV:
             self._header = wav_stream_header(sample_rate_hz)
+        elif encoding is StreamEncoding.AAC:  # the bitrate given is Ogg's: AAC keeps its own
+            self._writer = open_adts_writer(self._sink, sample_rate_hz)  # type: ignore[arg-type]
         elif fmt is not None:
             bitrate = bitrate_bps if fmt is AudioFormat.OGG else None
             self._writer = open_writer(self._sink, fmt, sample_rate_hz, bitrate_bps=bitrate)  # type: ignore[arg-type]

@@ -13,6 +13,8 @@ import pytest
 
 from voicelane.common.audio.files import (
     AAC_SAMPLE_RATES_HZ,
+    ADTS_MAX_EXTRA_SAMPLES,
+    ADTS_PRIMING_SAMPLES,
     M4B_MAX_EXTRA_SAMPLES,
     MP3_MAX_EXTRA_SAMPLES,
     AudioFileWriter,
@@ -20,6 +22,7 @@ from voicelane.common.audio.files import (
     decode_to_pcm,
     format_from_name,
     format_from_path,
+    open_adts_writer,
     open_writer,
     probe,
     validate_sample_rate,
@@ -363,6 +366,30 @@ def test_m4b_bitrate_bounds() -> None:
         open_writer(io.BytesIO(), AudioFormat.M4B, 8000, bitrate_bps=64000)
     with pytest.raises(InvalidInputError, match=r"16000\.\.320000"):
         open_writer(io.BytesIO(), AudioFormat.M4B, 96000, bitrate_bps=8000)
+
+
+def test_adts_writes_to_a_non_seekable_target_with_the_priming_left_in() -> None:
+    # AAC in ADTS streams (no index, no trailer); without an edit list the 1024-sample priming
+    # is decoded, and the last frame's padding.
+    sink = _NonSeekable()
+    n = 24000 + 17
+    with open_adts_writer(sink, 24000) as writer:  # type: ignore[arg-type]
+        writer.write(_signal(24000, n))
+    assert writer.format is None and writer.samples_written == n
+    info = probe(bytes(sink.data))
+    assert (info.format_name, info.codec, info.sample_rate_hz) == ("aac", "aac", 24000)
+    decoded = round(info.duration_s * 24000)
+    assert n + ADTS_PRIMING_SAMPLES <= decoded <= n + ADTS_MAX_EXTRA_SAMPLES
+
+
+def test_adts_rates_and_bitrates_are_aacs() -> None:
+    with pytest.raises(UnsupportedFormatError, match="aac does not support a sample rate of 7350"):
+        open_adts_writer(io.BytesIO(), 7350)
+    with pytest.raises(
+        InvalidInputError, match=r"aac at 8000 Hz takes a bitrate of 16000\.\.48000"
+    ):
+        open_adts_writer(io.BytesIO(), 8000, bitrate_bps=64000)
+    open_adts_writer(io.BytesIO(), 8000).close()  # the default fits what 8 kHz holds
 
 
 def _is_closed(writer: AudioFileWriter) -> bool:

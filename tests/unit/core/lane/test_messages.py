@@ -226,6 +226,19 @@ def test_a_stream_request_reads_back_as_written() -> None:
     assert StreamRequest.from_fields(as_stored(dict(request.to_fields()))) == request
 
 
+def test_a_stream_requests_tempo_reads_back_and_is_1_when_absent() -> None:
+    stretched = StreamRequest(
+        "acme.r", "acme", "auto", 24000, 5, speed=2.5, tempo=1.6, encoding=StreamEncoding.AAC
+    )
+    fields = as_stored(dict(stretched.to_fields()))
+    assert fields[b"tempo"] == b"1.6"
+    back = StreamRequest.from_fields(fields)
+    assert (back.tempo, back.speed, back.encoding) == (1.6, 2.5, StreamEncoding.AAC)
+    # An entry of the previous release has no tempo: nothing is stretched.
+    del fields[b"tempo"]
+    assert StreamRequest.from_fields(fields).tempo == 1.0
+
+
 def test_a_stream_request_of_few_fields_reads_with_the_defaults() -> None:
     minimal = StreamRequest("acme.r", "acme", "auto", 24000, 5, submitted_ms=0)
     stored = {
