@@ -46,7 +46,7 @@ INTERRUPT_AFTER_S = 1.0
 AFTER_TEXT = "After the interruption."
 
 WIRE: list[dict[str, Any]] = []
-CONNECTIONS = 0
+COUNTS = {"connections": 0}
 
 
 def _summary(direction: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -78,8 +78,7 @@ def _record_the_wire() -> None:
         return await send_str(self, data, *args, **kwargs)
 
     async def counted_ws_connect(self: Any, *args: Any, **kwargs: Any) -> Any:
-        global CONNECTIONS
-        CONNECTIONS += 1
+        COUNTS["connections"] += 1
         return await ws_connect(self, *args, **kwargs)
 
     aiohttp.ClientWebSocketResponse.receive = recorded_receive  # type: ignore[method-assign]
@@ -201,7 +200,7 @@ async def run(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
             findings["interrupt"] = await interrupt(tts)
         finally:
             await tts.aclose()
-        findings["connections"] = CONNECTIONS  # the TTS above opened these
+        findings["connections"] = COUNTS["connections"]  # the TTS above opened these
         try:
             bad = voicelane.TTS(base_url=base_url, api_key="not-a-key")
             await synthesize(bad, TEXT)
