@@ -27,6 +27,7 @@ from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
 from voicelane.api.routes import (
+    agent,
     callbacks,
     chat,
     jobs,
@@ -126,7 +127,7 @@ def create_app(
     )
     _install_error_handlers(app)
     routers = (jobs.router, speech.router, chat.router, text.router, ops.router, callbacks.router)
-    for router in (*routers, lexicons.router, voices.router, playground.router):
+    for router in (*routers, agent.router, lexicons.router, voices.router, playground.router):
         app.include_router(router)
     return app
 

@@ -472,17 +472,24 @@ class Conversation(Stream):
     (the request rules apply to everything received so far)."""
 
     ended = False
+    text_field = "text_delta"
+    """The field a refusal of the text names (the front's name for its deltas)."""
     _text: ConversationText | None = None
     _unflushed = False
     """Text was sent since the last flush: only then does a flush do (and cost) anything."""
 
-    async def send(self, delta: str) -> None:
+    async def send(self, delta: str) -> str:
+        """Send ``delta``; returns what was sent of it (a BOM at the very start and control
+        characters removed): word timings' spans are offsets into those texts joined."""
         if self._text is None:
-            self._text = ConversationText(self._gateway.settings.max_stream_text_chars)
+            self._text = ConversationText(
+                self._gateway.settings.max_stream_text_chars, field=self.text_field
+            )
         text = self._text.accept(delta)
         if text:
             await self._lane.send_input(self.lane_id, InputPiece(InputKind.TEXT, text))
             self._unflushed = True
+        return text
 
     async def flush(self) -> None:
         """Speak what was sent so far. A flush with no text since the last (or before any) has

@@ -225,6 +225,9 @@ class ApiSettings(FrontSettings):
     checked. Bigger ones are cut while they arrive, close 1009 (docs/security.md)."""
     websocket_max_message_bytes: int = Field(1024 * 1024, ge=1024)
     """Largest message (inflated) of a WebSocket with its key in the headers."""
+    agent_max_contexts: int = Field(8, ge=1)
+    """Open contexts per agent-protocol WebSocket (``GET /v1/agent``); an ``append`` opening
+    one more is an error of that context (``too_many_contexts``)."""
     metrics_token: str | None = None
     """Bearer token for ``/metrics``; unset: ``/metrics`` is open in dev mode only."""
     tenant_max_voices: int = Field(32, ge=1)
