@@ -78,7 +78,7 @@ class _Flush:
 _FLUSH = _Flush()
 
 
-class TTS(tts.TTS):
+class TTS(tts.TTS):  # type: ignore[type-arg]  # generic in its events, as LiveKit subclasses it
     def __init__(
         self,
         *,
