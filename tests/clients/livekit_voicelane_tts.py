@@ -180,6 +180,23 @@ async def interrupt(tts: voicelane.TTS) -> dict[str, Any]:
     }
 
 
+async def failure(tts: voicelane.TTS, **options: Any) -> dict[str, Any] | None:
+    """What ``synthesize()`` raises (None: nothing) with ``options`` (``update_options``)."""
+    if options:
+        tts.update_options(**options)
+    try:
+        await synthesize(tts, TEXT)
+    except Exception as e:
+        body = getattr(e, "body", None)
+        return {
+            "class": type(e).__name__,
+            "status_code": getattr(e, "status_code", None),
+            "retryable": getattr(e, "retryable", None),
+            "error_code": body.get("error_code") if isinstance(body, dict) else None,
+        }
+    return None
+
+
 async def run(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
     _record_the_wire()
     findings: dict[str, Any] = {
@@ -198,21 +215,22 @@ async def run(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
             findings["synthesize"] = await synthesize(tts, TEXT)
             findings["stream"] = await stream_pieces(tts)
             findings["interrupt"] = await interrupt(tts)
+            findings["bad_voice"] = await failure(tts, voice="no-such-voice")
+            tts.update_options(voice=voice)
+            findings["after_error"] = await synthesize(tts, AFTER_TEXT)  # the socket went on
         finally:
             await tts.aclose()
         findings["connections"] = COUNTS["connections"]  # the TTS above opened these
+        bad = voicelane.TTS(base_url=base_url, api_key="not-a-key")
         try:
-            bad = voicelane.TTS(base_url=base_url, api_key="not-a-key")
-            await synthesize(bad, TEXT)
-            findings["bad_key"] = None
-        except Exception as e:
-            findings["bad_key"] = {
-                "class": type(e).__name__,
-                "status_code": getattr(e, "status_code", None),
-                "retryable": getattr(e, "retryable", None),
-            }
+            findings["bad_key"] = await failure(bad)
         finally:
             await bad.aclose()
+        narrow = voicelane.TTS(base_url=base_url, api_key=api_key, voice=voice, sample_rate=16000)
+        try:
+            findings["rate_16k"] = await synthesize(narrow, AFTER_TEXT)
+        finally:
+            await narrow.aclose()
     findings["errors_on_wire"] = [m["error"] for m in WIRE if m["type"] == "error"]
     return findings
 

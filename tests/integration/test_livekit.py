@@ -163,7 +163,26 @@ def test_an_interruption_cancels_the_context_and_no_audio_follows(
 
 
 def test_a_bad_key_is_a_non_retryable_status_error(ours: dict[str, Any]) -> None:
-    assert ours["bad_key"] is not None, ours
-    assert ours["bad_key"]["class"] == "APIStatusError", ours["bad_key"]
-    assert ours["bad_key"]["status_code"] in (401, 403), ours["bad_key"]
-    assert ours["bad_key"]["retryable"] is False, ours["bad_key"]
+    bad_key = ours["bad_key"]
+    assert bad_key is not None, ours
+    assert bad_key["class"] == "APIStatusError", bad_key
+    assert bad_key["status_code"] == 401 and bad_key["retryable"] is False, bad_key
+
+
+def test_a_context_error_is_a_400_and_the_socket_goes_on(ours: dict[str, Any]) -> None:
+    """An unknown voice fails that segment only (the server's error of the context): a
+    non-retryable 400 naming the server's error code; the next request on the same TTS
+    reuses the socket."""
+    bad_voice = ours["bad_voice"]
+    assert bad_voice is not None, ours
+    assert bad_voice["class"] == "APIStatusError", bad_voice
+    assert bad_voice["status_code"] == 400 and bad_voice["retryable"] is False, bad_voice
+    assert bad_voice["error_code"] == "unknown_voice", bad_voice
+    assert_frames({**ours["after_error"], "error": None}, ours["after_error"]["text"])
+    assert ours["connections"] == 1, ours
+
+
+def test_the_sample_rate_is_the_one_asked_for(ours: dict[str, Any]) -> None:
+    result = ours["rate_16k"]
+    assert result["frames"] > 0 and result["sample_rates"] == [16_000], result
+    assert_aligned(result)
