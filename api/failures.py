@@ -23,9 +23,19 @@ is missing or not an object); the message lists up to three errors as ``path: wh
 field error's does.
 
 The renderers, one per wire, each fed by :func:`client_error`: :func:`grpc_reply` (status,
-details, trailing metadata), :func:`http_reply` (status, JSON body, headers) for REST and the
-OpenAI routes, :func:`sse_error` for an OpenAI stream that already began, and
-:func:`websocket_reply` (error message, close code). The forms an error takes on gRPC and HTTP
+details, trailing metadata), :func:`http_reply` (status, JSON body, headers) for REST,
+:func:`openai_reply` for the OpenAI routes (OpenAI's error shape and statuses: the OpenAI
+flavour below), :func:`sse_error` for an OpenAI stream that already began, and
+:func:`websocket_reply` (error message, close code).
+
+**The OpenAI flavour** (``/v1/audio/speech``, ``/v1/chat/completions``, ``/v1/models``,
+``/v1/audio/voices``): ``{"error": {"message", "type", "param", "code"}}`` — ``param`` the
+field (or null), ``code`` voicelane's error code, ``type`` OpenAI's class of error by status
+(:data:`OPENAI_TYPES`) — with OpenAI's statuses: bad input 400 (a body over its size limit
+413, a content type not taken 415), a missing or wrong key 401, a tenant's quota *and* the
+lane's capacity 429 (OpenAI's clients back off and retry on it), the rest as REST's.
+
+The forms an error takes on gRPC and HTTP
 are shared with the SDK (:mod:`voicelane.common.error_wire`). Pure data: no gRPC or web
 framework here; the fronts send what these return.
 """
@@ -45,8 +55,11 @@ from voicelane.common.errors import (
     AuthError,
     InvalidInputError,
     MalformedRequestError,
+    NoCapacityError,
     StoreFullError,
+    TextTooLargeError,
     UnavailableError,
+    UnsupportedMediaTypeError,
     VoicelaneError,
 )
 
@@ -174,7 +187,7 @@ class HttpReply:
 
 
 def http_reply(error: BaseException, *, where: str = "request") -> HttpReply:
-    """REST and the OpenAI routes: the error class's status, ``{"error": {"code", "message",
+    """REST: the error class's status, ``{"error": {"code", "message",
     "field"?}}``, ``Retry-After`` for a retry hint, ``WWW-Authenticate`` for a missing key."""
     known = client_error(error, where=where)
     wire = known.to_wire()
@@ -186,14 +199,59 @@ def http_reply(error: BaseException, *, where: str = "request") -> HttpReply:
     return HttpReply(known.http_status, http_body(wire), headers)
 
 
+OPENAI_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+"""OpenAI's error ``type`` by status; other 4xx: ``invalid_request_error``, 5xx:
+``server_error``."""
+
+
+def openai_status(known: VoicelaneError) -> int:
+    """The status an OpenAI route answers ``known`` with (the OpenAI flavour above)."""
+    if isinstance(known, UnsupportedMediaTypeError):
+        return 415
+    if isinstance(known, TextTooLargeError) and known.field is None:
+        return 413  # the body as a whole; a text over its limit is bad input like any
+    if isinstance(known, InvalidInputError):
+        return 400
+    if isinstance(known, NoCapacityError):
+        return 429
+    return known.http_status
+
+
+def openai_error(known: VoicelaneError, status: int) -> dict[str, Any]:
+    """OpenAI's error object: ``{"message", "type", "param", "code"}``."""
+    error_type = OPENAI_TYPES.get(status)
+    if error_type is None:
+        error_type = "server_error" if status >= 500 else "invalid_request_error"
+    return {
+        "message": known.message or known.code,
+        "type": error_type,
+        "param": known.field,
+        "code": known.code,
+    }
+
+
+def openai_reply(error: BaseException, *, where: str = "request") -> HttpReply:
+    """An OpenAI route's error response: OpenAI's status and body (the OpenAI flavour), with
+    ``Retry-After`` and ``WWW-Authenticate`` as :func:`http_reply` sends them."""
+    known = client_error(error, where=where)
+    status = openai_status(known)
+    headers: dict[str, str] = {}
+    if isinstance(known, AuthError):
+        headers["WWW-Authenticate"] = "Bearer"
+    if (retry_after := retry_after_header(known.to_wire())) is not None:
+        headers["Retry-After"] = retry_after
+    return HttpReply(status, {"error": openai_error(known, status)}, headers)
+
+
 def sse_error(error: BaseException, *, where: str = "stream") -> dict[str, Any]:
     """The last event of an OpenAI stream (server-sent events) that failed after it began:
-    the HTTP body, plus OpenAI's ``type`` (here the gRPC status name)."""
-    known = client_error(error, where=where)
-    wire = known.to_wire()
-    body = http_body(wire)
-    body["error"]["type"] = wire.status
-    return body
+    ``{"error": {...}}``, the body :func:`openai_reply` would have sent."""
+    return openai_reply(error, where=where).body
 
 
 @dataclass(frozen=True, slots=True)

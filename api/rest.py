@@ -1,11 +1,13 @@
 """The REST front (FastAPI): ``create_app`` builds the app from its routers.
 
 ``voicelane api`` serves it with uvicorn. Routes live in :mod:`voicelane.api.routes` (``jobs``,
-``speech``, ``ops``, ``lexicons``, ``voices``...), each an ``APIRouter`` whose routes take the app's
-state and the caller's tenant as dependencies (:mod:`voicelane.api.deps`). Every error is a
-JSON body ``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one line of
-message and the status the error class maps to: :func:`voicelane.api.failures.http_reply`,
-the same mapping as every front's.
+``speech``, ``openai_speech``, ``ops``, ``lexicons``, ``voices``...), each an ``APIRouter`` whose
+routes take the app's state and the caller's tenant as dependencies (:mod:`voicelane.api.deps`).
+Every error is a JSON body ``{"error": {"code": ..., "message": ..., "field"?: ...}}`` with one
+line of message and the status the error class maps to: :func:`voicelane.api.failures.http_reply`,
+the same mapping as every front's — except on the OpenAI routes (``openai_speech``,
+``openai_catalog``, ``chat``), which answer in OpenAI's shape and statuses
+(:mod:`voicelane.api.openai_compat`).
 """
 
 from __future__ import annotations
@@ -26,19 +28,21 @@ from voicelane.api.engines import EngineCatalog
 from voicelane.api.failures import KNOWN_FAILURES, http_reply, invalid_input
 from voicelane.api.llm import LlmBridge
 from voicelane.api.llm_warmup import Warmup
+from voicelane.api.openai_compat import MAX_SPEECH_BODY_BYTES
 from voicelane.api.routes import (
     agent,
     callbacks,
     chat,
     jobs,
     lexicons,
+    openai_catalog,
+    openai_speech,
     ops,
     playground,
     speech,
     text,
     voices,
 )
-from voicelane.api.routes.speech import MAX_SPEECH_BODY_BYTES
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
 from voicelane.api.voice_options import VoiceResolver
@@ -127,7 +131,15 @@ def create_app(
     )
     _install_error_handlers(app)
     routers = (jobs.router, speech.router, chat.router, text.router, ops.router, callbacks.router)
-    for router in (*routers, agent.router, lexicons.router, voices.router, playground.router):
+    openai = (openai_speech.router, openai_catalog.router)
+    for router in (
+        *routers,
+        *openai,
+        agent.router,
+        lexicons.router,
+        voices.router,
+        playground.router,
+    ):
         app.include_router(router)
     return app
 

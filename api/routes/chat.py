@@ -7,7 +7,8 @@
   "audio": {"voice", "format"}, "stream"?}``; ``content`` is a string or a list of text parts.
   ``model``: an Ollama model name, or an OpenAI one (``gpt-…``, ``o1…``), which means the
   server's configured model (``VOICELANE_LLM__MODEL``). ``audio.voice``: OpenAI's voice names
-  (``alloy``, ``echo``, …) speak as voicelane's ``auto``; voicelane voice ids work as they are.
+  (``alloy``, ``echo``, …) map to real voices as on ``/v1/audio/speech``
+  (:mod:`voicelane.api.openai_voices`); voicelane voice ids work as they are.
 * streamed (``"stream": true``): server-sent events, OpenAI's ``chat.completion.chunk``
   objects: ``delta.audio.data`` carries base64 PCM16 (24 kHz mono little-endian, the only
   format OpenAI streams), ``delta.audio.transcript`` the spoken text as its audio starts;
@@ -27,9 +28,10 @@ that leaves is noticed at once — while its chat waits for a slot, while the re
 written, and between two events of a stream — and its reply is closed (Ollama stops
 generating, the slot goes to the next waiter).
 
-Errors are JSON bodies like every route's (an LLM that does not know the model: 404, Ollama
-unreachable: 503); an error after streaming began ends the stream with an ``error`` event
-(:func:`voicelane.api.failures.sse_error`: the same body, plus OpenAI's ``type``).
+Errors are in OpenAI's shape and statuses (:mod:`voicelane.api.openai_compat`: bad input 400
+with ``param``, an LLM that does not know the model 404, Ollama unreachable 503); an error
+after streaming began ends the stream with an ``{"error": {...}}`` event, the same body
+(:func:`voicelane.api.failures.sse_error`).
 """
 
 from __future__ import annotations
@@ -53,13 +55,13 @@ from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatSummary, chat
 from voicelane.api.deps import State, Tenant
 from voicelane.api.failures import sse_error
 from voicelane.api.llm import ChatTurn, LlmReply, LlmStats
-from voicelane.api.routes.speech import OPENAI_VOICES, openai_body
+from voicelane.api.openai_compat import OpenAIRoute, openai_body, openai_voice
 from voicelane.api.streams import StreamAsk
 from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
-router = APIRouter(tags=["chat"])
+router = APIRouter(tags=["chat"], route_class=OpenAIRoute)
 T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499
 """The status logged for a chat whose client left before its answer (nginx's; never sent)."""
@@ -176,7 +178,7 @@ async def _answer(
         messages=turns,
         model=model,
         speech=StreamAsk(
-            voice="auto" if options.voice in OPENAI_VOICES else options.voice,
+            voice=await openai_voice(state, options.voice),
             speed=body.speed,
             sample_rate_hz=body.sample_rate_hz or OPENAI_SAMPLE_RATE_HZ,
             encoding=encoding,

@@ -1,6 +1,6 @@
-"""The real-time lane on the REST app: a WebSocket stream and OpenAI's speech API.
+"""The real-time lane on the REST app: the WebSocket stream.
 
-Both are thin adapters over the stream gateway (:mod:`voicelane.api.streams`), like the gRPC front:
+A thin adapter over the stream gateway (:mod:`voicelane.api.streams`), like the gRPC front:
 the same request rules, admission, relay with its liveness rules, and a cancel mark when
 the client leaves early.
 
@@ -30,16 +30,7 @@ the client leaves early.
     :func:`voicelane.api.failures.websocket_reply`. Closing the socket early cancels the
     stream.
 
-``POST /v1/audio/speech`` (OpenAI-compatible)
-    JSON ``{"input", "voice", "response_format"?: opus|mp3|wav|flac|pcm, "speed"?,
-    "model"?}``, plus voicelane's ``normalize``, ``ssml``, ``lexicons`` (as on the
-    WebSocket), ``sample_rate_hz`` (default 24000, OpenAI's rate) and
-    ``pace`` (default false: rendered as fast as the workers can, like a file download —
-    true paces it just ahead of playback, for a live player); the audio streams back as it
-    is produced (chunked). ``opus`` is Ogg Opus; ``pcm`` is raw
-    16-bit little-endian mono, as OpenAI's. The worker encodes the asked format itself: this
-    route only relays bytes. OpenAI's voice names (``alloy``, ``echo``...) map to ``auto``;
-    voicelane voice ids work as they are.
+OpenAI's speech API, ``POST /v1/audio/speech``, is :mod:`voicelane.api.routes.openai_speech`.
 """
 
 from __future__ import annotations
@@ -47,20 +38,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import TypeVar
 
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from pydantic import BaseModel, ConfigDict
 
 from voicelane.api.chat import ChatAsk, ChatAudio, ChatDone, ChatStarted, ChatText, chat
-from voicelane.api.deps import State, Tenant, json_body
+from voicelane.api.deps import State
 from voicelane.api.failures import websocket_reply
 from voicelane.api.llm import ChatTurn
 from voicelane.api.streams import Stream, StreamAsk, StreamChunk
 from voicelane.api.ws_messages import audio_message, end_message
-from voicelane.common.audio.stream import StreamEncoding
 from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -68,42 +55,10 @@ from voicelane.common.errors import (
     NoCapacityError,
     TextTooLargeError,
 )
-from voicelane.core.text_input import check_strings_encodable
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["speech"])
-Body = TypeVar("Body", bound=BaseModel)
-
-OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova",
-                           "sage", "shimmer", "verse"})  # fmt: skip
-"""OpenAI's voice names; each speaks as voicelane's ``auto`` voice."""
-OPENAI_FORMATS = {
-    "opus": StreamEncoding.OGG,
-    "mp3": StreamEncoding.MP3,
-    "wav": StreamEncoding.WAV,
-    "flac": StreamEncoding.FLAC,
-    "pcm": StreamEncoding.PCM,
-}
-MAX_SPEECH_BODY_BYTES = 1024 * 1024
-"""OpenAI caps ``input`` at 4,096 characters; a body over 1 MiB is never a speech request."""
-
-
-async def openai_body(request: Request, model: type[Body]) -> Body:
-    """An OpenAI route's JSON body: over ``MAX_SPEECH_BODY_BYTES`` 413; not JSON 400, not the
-    model's shape 422 naming the field at fault (pydantic's error, which the app answers as
-    every front does: :func:`voicelane.api.failures.invalid_input`)."""
-    raw = await request.body()  # bounded while it streams in (voicelane.api.body_limit)
-    if len(raw) > MAX_SPEECH_BODY_BYTES:
-        raise TextTooLargeError(f"request body is over {MAX_SPEECH_BODY_BYTES} bytes")
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as error:
-        if any(e.get("type") == "json_invalid" for e in error.errors()):
-            # Not JSON to pydantic's parser, which refuses a lone surrogate (``"\ud800"``)
-            # there: if the standard parser takes it, say which field and where, as REST does.
-            check_strings_encodable(json_body(raw))
-        raise
 
 
 # ---- WebSocket -----------------------------------------------------------------------------
@@ -291,90 +246,3 @@ def _check_preauth_size(request: str, max_bytes: int) -> None:
             "(its key is checked after it is read): send the key in the header",
             field="api_key",
         )
-
-
-# ---- OpenAI --------------------------------------------------------------------------------
-
-
-class SpeechRequest(BaseModel):
-    """OpenAI's ``POST /v1/audio/speech`` body (and voicelane's ``sample_rate_hz``)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    input: str = Field(description="The text to speak.")
-    voice: str = Field("auto", description="A voicelane voice id; OpenAI's names map to auto.")
-    response_format: str = Field("mp3", description="opus, mp3, wav, flac or pcm.")
-    speed: float | None = Field(None, description="Within the engine's range; 1.0 if unset.")
-    model: str | None = Field(None, description="Ignored: the workers' engine speaks.")
-    sample_rate_hz: int | None = Field(
-        None, description="voicelane extension: output rate (24000, OpenAI's, if unset)."
-    )
-    pace: bool = Field(
-        False,
-        description="voicelane extension: true paces synthesis just ahead of playback (a "
-        "live player); false (default) renders as fast as the workers can, like a file.",
-    )
-    normalize: bool = Field(
-        True,
-        description="voicelane extension: numbers, dates, symbols... read as words (default) "
-        "or, false, as written.",
-    )
-    ssml: bool | None = Field(
-        None,
-        description="voicelane extension: the input is SSML (true), plain text (false) or, "
-        "unset, SSML when it starts with <speak.",
-    )
-    lexicons: list[str] | None = Field(
-        None,
-        description="voicelane extension: the tenant's pronunciation lexicons to apply; "
-        "unset: its default lexicon; []: none.",
-    )
-    seed: int | None = Field(
-        None,
-        description="voicelane extension: the sampling seed (ChatTTS): the same voice, text "
-        "and seed give the same audio; unset: a fresh draw.",
-    )
-
-
-@router.post(
-    "/v1/audio/speech",
-    summary="OpenAI-compatible speech: audio streams back as it is produced",
-    response_class=StreamingResponse,
-)
-async def openai_speech(request: Request, state: State, tenant: Tenant) -> StreamingResponse:
-    body = await openai_body(request, SpeechRequest)
-    encoding = OPENAI_FORMATS.get(body.response_format.lower())
-    if encoding is None:
-        raise InvalidInputError(
-            f"response_format {body.response_format!r} is not supported; use "
-            + ", ".join(sorted(OPENAI_FORMATS)),
-            field="response_format",
-        )
-    ask = StreamAsk(
-        voice="auto" if body.voice in OPENAI_VOICES else body.voice,
-        speed=body.speed,
-        sample_rate_hz=body.sample_rate_hz,
-        encoding=encoding,
-        paced=body.pace,
-        front="openai",
-        normalize=body.normalize,
-        ssml=body.ssml,
-        lexicons=None if body.lexicons is None else tuple(body.lexicons),
-        seed=body.seed,
-    )
-    stream = await state.streams.synthesize(tenant, body.input, ask, text_field="input")
-    return StreamingResponse(
-        _relay_bytes(stream),
-        media_type=encoding.media_type,
-        headers={"X-Request-Id": stream.request_id},
-    )
-
-
-async def _relay_bytes(stream: Stream) -> AsyncIterator[bytes]:
-    try:
-        async with contextlib.aclosing(stream.chunks()) as chunks:
-            async for chunk in chunks:
-                if chunk.data:
-                    yield b"".join(chunk.data)
-    finally:
-        await stream.close()

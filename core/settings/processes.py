@@ -239,6 +239,19 @@ class ApiSettings(FrontSettings):
     """Longest reference clip; decoding an upload stops as soon as it passes this."""
     voice_clip_max_bytes: int = Field(512 * 1024, ge=1024)
     """Largest reference clip as stored (Ogg Opus, 48 kbps: 30 s are about 180 KB)."""
+    openai_voices: dict[str, str] = Field(default_factory=dict)
+    """OpenAI's voice names (or aliases of the operator's own) → voicelane voice ids, for the
+    OpenAI routes (``{"ash": "piper:en_US-joe-medium"}``; JSON in
+    ``VOICELANE_OPENAI_VOICES``). A name left out takes its default over the engines served
+    (:mod:`voicelane.api.openai_voices`; ``GET /v1/audio/voices`` shows the mapping)."""
+
+    @field_validator("openai_voices")
+    @classmethod
+    def _openai_voices_named(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, voice in value.items():
+            if not name.strip() or not voice.strip():
+                raise ValueError(f"openai_voices: {name!r} → {voice!r}: a name and a voice")
+        return {name.strip().lower(): voice.strip() for name, voice in value.items()}
 
     @model_validator(mode="after")
     def _clip_bounds_consistent(self) -> ApiSettings:

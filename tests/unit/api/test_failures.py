@@ -24,6 +24,7 @@ from voicelane.api.failures import (
     grpc_reply,
     http_reply,
     invalid_input,
+    openai_reply,
     sse_error,
     websocket_reply,
 )
@@ -33,11 +34,15 @@ from voicelane.api.routes.speech import WebSocketRequest
 from voicelane.common.errors import (
     AuthError,
     InvalidInputError,
+    JobNotFoundError,
     MalformedRequestError,
+    NoCapacityError,
     QuotaExceededError,
     StoreFullError,
     UnavailableError,
+    TextTooLargeError,
     UnknownVoiceError,
+    UnsupportedMediaTypeError,
     VoicelaneError,
 )
 
@@ -131,6 +136,12 @@ CASES: list[tuple[str, BaseException, Expected]] = [
     ),
 ]  # fmt: skip
 IDS = [name for name, _, _ in CASES]
+OPENAI_TYPE = {
+    400: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+}
 
 
 @pytest.mark.parametrize(("name", "error", "want"), CASES, ids=IDS)
@@ -167,7 +178,17 @@ def test_every_wire_says_the_same(name: str, error: BaseException, want: Expecte
         None if want.retry_after_s is None else str(max(1, math.ceil(want.retry_after_s)))
     )
 
-    assert sse_error(error) == {"error": {**body, "type": status}}
+    openai = openai_reply(error)
+    openai_status = 400 if http_status == 422 else http_status  # OpenAI's: bad input is 400
+    assert openai.status_code == openai_status
+    assert openai.body == {
+        "error": {
+            "message": message, "type": OPENAI_TYPE[openai_status], "param": want.field,
+            "code": code,
+        }
+    }  # fmt: skip
+    assert openai.headers.get("Retry-After") == retry_after
+    assert sse_error(error) == openai.body
 
     ws = websocket_reply(error)
     assert ws.close_code == ws_close
@@ -294,3 +315,35 @@ def test_service_failures_keep_no_redis_detail_in_the_message() -> None:
         error = client_error(failure)
         assert isinstance(error, UnavailableError | StoreFullError)
         assert "10.0.0.7" not in error.message and "command not allowed" not in error.message
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "error_type"),
+    [
+        (AuthError("missing API key"), 401, "authentication_error"),
+        (NoCapacityError("the lane is full", retry_after_s=1.0), 429, "rate_limit_error"),
+        (
+            TextTooLargeError("input is over 20000 characters", field="input"),
+            400,
+            "invalid_request_error",
+        ),
+        (TextTooLargeError("request body is over 1048576 bytes"), 413, "invalid_request_error"),
+        (UnsupportedMediaTypeError("send JSON"), 415, "invalid_request_error"),
+        (JobNotFoundError("no such job"), 404, "not_found_error"),
+    ],
+    ids=["auth", "capacity", "input too long", "body too large", "media type", "not found"],
+)
+def test_the_openai_flavour_answers_with_openais_statuses(
+    error: VoicelaneError, status: int, error_type: str
+) -> None:
+    """OpenAI's clients pick their error class by status: 401 AuthenticationError, 429
+    RateLimitError (retried after Retry-After), 400 BadRequestError for any bad input."""
+    reply = openai_reply(error)
+    assert reply.status_code == status
+    assert reply.body["error"]["type"] == error_type
+    assert reply.body["error"]["code"] == error.code
+    assert reply.body["error"]["param"] == error.field
+    if isinstance(error, AuthError):
+        assert reply.headers == {"WWW-Authenticate": "Bearer"}
+    if isinstance(error, NoCapacityError):
+        assert reply.headers == {"Retry-After": "1"}

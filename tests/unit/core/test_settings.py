@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
@@ -372,3 +372,17 @@ def test_every_variable_the_configuration_page_names_exists() -> None:
     named = set(re.findall(r"`(VOICELANE_[A-Z0-9_]*[A-Z0-9])`", DOC.read_text()))
     unknown = sorted(named - real - old)
     assert not unknown, f"docs/configuration.md names variables that are not read: {unknown}"
+
+
+def test_openai_voices_read_as_json_or_one_name_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICELANE_OPENAI_VOICES", '{"Ash": "espeak:en-gb", "narrator": "seed:7"}')
+    monkeypatch.setenv("VOICELANE_OPENAI_VOICES__MARIN", "piper:en_US-joe-medium")
+    voices = ApiSettings(dev_mode=True).openai_voices
+    assert voices == {
+        "ash": "espeak:en-gb",
+        "narrator": "seed:7",
+        "marin": "piper:en_US-joe-medium",
+    }
+    monkeypatch.setenv("VOICELANE_OPENAI_VOICES", '{"ash": " "}')
+    with pytest.raises(ValidationError, match="openai_voices"):
+        ApiSettings(dev_mode=True)
