@@ -31,6 +31,7 @@ from livekit.plugins import voicelane
 
 TEXT = "The quick brown fox jumps over the lazy dog. Then it runs home."
 PIECES = [
+    " ",  # whitespace first: the context opens with the first words
     "Hello there, ",
     "this is a stre",
     "aming test of the plugin. ",
@@ -140,6 +141,20 @@ async def stream_pieces(tts: voicelane.TTS) -> dict[str, Any]:
     return {"text": "".join(PIECES), **collected.findings()}
 
 
+async def blank(tts: voicelane.TTS) -> dict[str, Any]:
+    """A segment of whitespace only: no context, no frames, no error."""
+    collected = Collected()
+    before = len(WIRE)
+    async with tts.stream() as stream:
+        stream.push_text("  ")
+        stream.push_text("\n")
+        stream.end_input()
+        async for audio in stream:
+            collected.add(audio)
+    sent = [m["type"] for m in WIRE[before:] if m["dir"] == "out"]
+    return {"sent": sent, **collected.findings()}
+
+
 async def interrupt(tts: voicelane.TTS) -> dict[str, Any]:
     collected = Collected()
     stream = tts.stream()
@@ -214,6 +229,7 @@ async def run(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]:
         try:
             findings["synthesize"] = await synthesize(tts, TEXT)
             findings["stream"] = await stream_pieces(tts)
+            findings["blank"] = await blank(tts)
             findings["interrupt"] = await interrupt(tts)
             findings["bad_voice"] = await failure(tts, voice="no-such-voice")
             tts.update_options(voice=voice)

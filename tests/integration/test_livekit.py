@@ -146,6 +146,11 @@ def test_our_plugin_stream_with_several_pushes_gives_frames_and_aligned_words(
     assert_aligned(result)
 
 
+def test_a_segment_of_whitespace_is_silent_without_error(ours: dict[str, Any]) -> None:
+    assert ours["blank"]["frames"] == 0, ours["blank"]
+    assert ours["blank"]["sent"] == [], ours["blank"]  # no context was opened for it
+
+
 def test_an_interruption_cancels_the_context_and_no_audio_follows(
     ours: dict[str, Any],
 ) -> None:

@@ -230,7 +230,7 @@ class TTS(tts.TTS):  # type: ignore[type-arg]  # generic in its events, as LiveK
             if not isinstance(e, APIStatusError):
                 reusable = False
             raise
-        except (aiohttp.ClientError, OSError) as e:
+        except Exception as e:  # transport failures, a message that does not parse
             raise APIConnectionError(f"voicelane: {type(e).__name__}") from e
         finally:
             if reusable:
@@ -317,16 +317,19 @@ class _Context:
         await self._ws.send_str(json.dumps(message))
 
     async def _send(self, inputs: AsyncIterator[str | _Flush]) -> None:
+        held = ""  # leading whitespace: a context opens with something to say
         async for item in inputs:
             if isinstance(item, _Flush):
                 if self._opened:
                     await self._send_json(control_message("flush", self._id))
                 continue
-            if not item:
+            held += item
+            if not held or not (self._opened or held.strip()):
                 continue
-            self._aligner.append(item)
+            self._aligner.append(held)
             options = None if self._opened else self._options
-            await self._send_json(append_message(self._id, item, options))
+            await self._send_json(append_message(self._id, held, options))
+            held = ""
             self._opened = True
             self._first_sent.set()
         if self._opened:
@@ -379,6 +382,12 @@ class _Context:
                 self._emitter.push_timed_transcript(words)
         elif kind == "started":
             self._request_id = data.get("request_id")
+            if data.get("sample_rate_hz", self._options.sample_rate_hz) != (
+                self._options.sample_rate_hz
+            ):
+                raise APIError(
+                    f"voicelane answered {data.get('sample_rate_hz')} Hz", body=data, retryable=False
+                )
         elif kind == "done":
             self._finished = True
             tail = self._aligner.tail(float(data.get("duration_ms") or 0) / 1000)
