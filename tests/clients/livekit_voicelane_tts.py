@@ -5,8 +5,8 @@ against a voicelane server, as a LiveKit agent drives a TTS, outside a worker
 - ``synthesize(text)``: frames and the aligned transcript;
 - ``stream()``: several ``push_text`` pieces, ``flush()``, ``end_input()``: frames, aligned
   words (``TimedString``s in the frames' userdata, as LiveKit's transcription reads them);
-- an interruption mid-sentence: ``aclose()`` of a stream after its first second of audio,
-  then a ``synthesize()`` on the same TTS (the pooled socket goes on).
+- an interruption mid-sentence while the text is still coming: ``aclose()`` of a stream after
+  its first second of audio, then a ``synthesize()`` on the same TTS (the socket goes on).
 
 Every protocol message the plugin sends or receives is recorded by wrapping aiohttp's
 WebSocket methods (the plugin is not changed), so the findings say what went over the wire:
@@ -158,8 +158,8 @@ async def blank(tts: voicelane.TTS) -> dict[str, Any]:
 async def interrupt(tts: voicelane.TTS) -> dict[str, Any]:
     collected = Collected()
     stream = tts.stream()
-    stream.push_text(LONG_TEXT)
-    stream.end_input()
+    for word in LONG_TEXT.split(" "):  # as an LLM writes, which has not finished when the
+        stream.push_text(word + " ")  # user interrupts: no end_input()
     async for audio in stream:
         collected.add(audio)
         if collected.duration_s >= INTERRUPT_AFTER_S:

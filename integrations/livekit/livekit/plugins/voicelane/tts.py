@@ -130,6 +130,7 @@ class TTS(tts.TTS):  # type: ignore[type-arg]  # generic in its events, as LiveK
             mark_refreshed_on_get=True,
         )
         self._streams = weakref.WeakSet[SynthesizeStream]()
+        self._closing: set[asyncio.Task[bool]] = set()
 
     @property
     def model(self) -> str:
@@ -236,7 +237,12 @@ class TTS(tts.TTS):  # type: ignore[type-arg]  # generic in its events, as LiveK
             if reusable:
                 self._pool.put(ws)
             else:
+                # closed now, not at the pool's next drain: closing the socket cancels its
+                # contexts on the server (one that failed to send ``cancel``, or timed out)
                 self._pool.remove(ws)
+                closing = asyncio.create_task(ws.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
 
     def synthesize(
         self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
@@ -258,6 +264,7 @@ class TTS(tts.TTS):  # type: ignore[type-arg]  # generic in its events, as LiveK
             await stream.aclose()
         self._streams.clear()
         await self._pool.aclose()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 class _Context:
