@@ -191,3 +191,56 @@ def test_the_sample_rate_is_the_one_asked_for(ours: dict[str, Any]) -> None:
     result = ours["rate_16k"]
     assert result["frames"] > 0 and result["sample_rates"] == [16_000], result
     assert_aligned(result)
+
+
+# ---------------------------------------------------------------- our plugin's wire, unit
+
+
+def test_our_plugin_protocol_parts() -> None:
+    """The plugin's pure parts (``_protocol``) on fixed inputs, in the plugin's environment."""
+    found = run_client("livekit", "livekit_voicelane_protocol.py")
+    assert found["urls"] == {
+        "http://host:8000": "ws://host:8000/v1/agent",
+        "http://host:8000/": "ws://host:8000/v1/agent",
+        "http://host:8000/v1": "ws://host:8000/v1/agent",
+        "https://tts.example/v1/": "wss://tts.example/v1/agent",
+        "ws://host:8000": "ws://host:8000/v1/agent",
+    }
+    assert found["errors"] == {
+        "INVALID_ARGUMENT": ["APIStatusError", 400, False],
+        "UNAUTHENTICATED": ["APIStatusError", 401, False],
+        "PERMISSION_DENIED": ["APIStatusError", 403, False],
+        "RESOURCE_EXHAUSTED": ["APIStatusError", 429, True],
+        "UNAVAILABLE": ["APIStatusError", 503, True],
+        "DEADLINE_EXCEEDED": ["APIStatusError", 504, True],
+        "INTERNAL": ["APIStatusError", 500, True],
+    }
+    assert found["closes"] == {
+        "1008": ["APIStatusError", 400, False],
+        "1011": ["APIStatusError", 500, True],
+        "1013": ["APIStatusError", 503, True],
+        "1000": ["APIConnectionError", None, True],
+        "None": ["APIConnectionError", None, True],
+    }
+    assert found["first_append"] == {
+        "type": "append",
+        "context_id": "c1",
+        "text": "Hi.",
+        "sample_rate_hz": 16000,
+        "encoding": "pcm",
+        "voice": "espeak:en-us",
+        "speed": 1.5,
+    }
+    assert found["later_append"] == {
+        "type": "append",
+        "context_id": "c1",
+        "text": "More.",
+        "close": True,
+    }
+    aligner = found["aligner"]
+    assert aligner["first"] == [["Hello", 0.01, 0.3], [", world", 0.35, 0.7]]
+    assert aligner["again"] == []  # a word already handed out is not handed out twice
+    assert aligner["late"] == [[". Bye", 0.35, 0.9]]  # in order; clamped to the text
+    assert aligner["ending"] == [["Bye", 0.0, 0.25], [" now", 0.25, 0.6]]
+    assert aligner["tail"] == [[".", 1.2, 1.2]]  # the closing punctuation, at the end
+    assert aligner["tail_again"] is None
