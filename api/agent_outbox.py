@@ -58,8 +58,7 @@ class Outbox:
         the socket is gone)."""
         item = _Item(message, owner)
         if self.closed:
-            item.sent.set_exception(OutboxClosedError())
-            item.sent.exception()  # retrieved: nobody has to await it
+            _fail(item.sent)
             return item.sent
         (self._urgent if urgent else self._normal).append(item)
         self._wake.set()
@@ -81,7 +80,11 @@ class Outbox:
                     self.dropped += 1
                     _resolve(item.sent)
                     continue
-                await send(json.dumps(item.message, separators=(",", ":")))
+                try:
+                    await send(json.dumps(item.message, separators=(",", ":")))
+                except BaseException:
+                    _fail(item.sent)
+                    raise
                 self.sent += 1
                 _resolve(item.sent)
         finally:
@@ -94,9 +97,7 @@ class Outbox:
         for queue in (self._urgent, self._normal):
             while queue:
                 item = queue.popleft()
-                if not item.sent.done():
-                    item.sent.set_exception(OutboxClosedError())
-                    item.sent.exception()
+                _fail(item.sent)
 
     def finish(self) -> None:
         """Send what is queued, then stop (:meth:`run` returns once it is out)."""
@@ -114,3 +115,11 @@ class Outbox:
 def _resolve(future: asyncio.Future[None]) -> None:
     with contextlib.suppress(asyncio.InvalidStateError):
         future.set_result(None)
+
+
+def _fail(future: asyncio.Future[None]) -> None:
+    """The socket is gone: the message was not sent (the exception is marked retrieved:
+    nobody has to await it)."""
+    if not future.done():
+        future.set_exception(OutboxClosedError())
+        future.exception()

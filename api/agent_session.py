@@ -44,6 +44,8 @@ from voicelane.common.errors import InvalidInputError, VoicelaneError
 log = logging.getLogger(__name__)
 
 FRONT = "agent"
+CANCEL_RETRY_S = 0.25
+"""A context's task that is still running this long after its cancel is cancelled again."""
 
 
 @dataclass(eq=False)
@@ -170,7 +172,9 @@ class AgentSession:
         try:
             # Shielded: a cancel while it is being admitted must not lose the conversation
             # (its tenant slot); the context's cleanup closes it once it exists.
-            context.opening = asyncio.create_task(self.streams.converse(self.tenant, ask))
+            context.opening = asyncio.create_task(
+                self.streams.converse(self.tenant, ask, client_gone=lambda: context.ended)
+            )
             conversation = await asyncio.shield(context.opening)
             conversation.text_field = "text"
             context.conversation = conversation
@@ -263,8 +267,13 @@ class AgentSession:
     async def _close(self, context: AgentContext) -> None:
         """After a context ended: its tasks stopped, its conversation closed (cancelled unless
         it finished: the cancel mark; the tenant's slot given back)."""
-        tasks = [t for t in (context.feeder, context.relay) if t is not None]
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in (context.feeder, context.relay):
+            # A cancel can be lost (one racing an ``asyncio.timeout`` that expires in the same
+            # step is swallowed on Python 3.11): cancelled again until it ends. The relay also
+            # stops by itself within a read block (its stream's ``client_gone``).
+            while task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=CANCEL_RETRY_S)
         conversation = context.conversation
         if conversation is None and context.opening is not None:
             try:

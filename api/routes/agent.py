@@ -29,11 +29,8 @@ from voicelane.api.agent_wire import (
 )
 from voicelane.api.deps import State
 from voicelane.api.failures import websocket_reply
-from voicelane.api.routes.speech import (
-    MESSAGE_TOO_BIG,
-    PreAuthTooLargeError,
-    _check_preauth_size,
-)
+from voicelane.api.routes.speech import MESSAGE_TOO_BIG, PreAuthTooLargeError
+from voicelane.api.ws_limits import check_preauth_size
 from voicelane.common.errors import AuthError, DeadlineExceededError, NoCapacityError
 
 log = logging.getLogger(__name__)
@@ -71,7 +68,7 @@ async def _authenticate(socket: WebSocket, state: State) -> str:
             f"no auth message within {settings.websocket_auth_timeout_s:g} s of connecting"
         ) from None
     if first is not None and isinstance(first, str):
-        _check_preauth_size(first, settings.websocket_preauth_max_bytes)
+        check_preauth_size(first, settings.websocket_preauth_max_bytes)
     key = auth_key(first)
     if key is None:
         raise AuthError(
