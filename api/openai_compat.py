@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 
 from voicelane.api.deps import ApiState, json_body
 from voicelane.api.failures import invalid_input, openai_reply
-from voicelane.api.openai_voices import mapped_voice, voice_map
+from voicelane.api.openai_voices import is_mapped_name, mapped_voice, voice_map
 from voicelane.common.errors import TextTooLargeError
 from voicelane.core.text_input import check_strings_encodable
 
@@ -83,6 +83,9 @@ def openai_response(error: BaseException, request: Request) -> JSONResponse:
 
 async def openai_voice(state: ApiState, requested: str | None) -> str:
     """The voicelane voice an OpenAI route's ``voice`` speaks as
-    (:mod:`voicelane.api.openai_voices`, over the engines that published their voices)."""
-    mapping = voice_map(state.settings.openai_voices, await state.engines.published())
-    return mapped_voice(requested, mapping)
+    (:mod:`voicelane.api.openai_voices`, over the engines that published their voices). A
+    voice that is no mapped name is used as it is, without reading the engines' voices."""
+    configured = state.settings.openai_voices
+    if not is_mapped_name(requested, configured):
+        return mapped_voice(requested, {})
+    return mapped_voice(requested, voice_map(configured, await state.engines.published()))

@@ -93,3 +93,9 @@ def mapped_voice(requested: str | None, mapping: Mapping[str, str]) -> str:
     if name in OPENAI_VOICE_NAMES:
         return DEFAULT_VOICE
     return requested
+
+
+def is_mapped_name(requested: str | None, configured: Mapping[str, str]) -> bool:
+    """Whether ``requested`` is a name the mapping decides (OpenAI's, or the setting's)."""
+    name = (requested or "").lower()
+    return name in OPENAI_VOICE_NAMES or name in configured

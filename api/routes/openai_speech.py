@@ -14,7 +14,7 @@ same request rules, admission, relay and cancel mark when the client leaves earl
 
     * ``voice``: a string or OpenAI's voice object ``{"id": ...}``; OpenAI's names map to real
       voices (:mod:`voicelane.api.openai_voices`, the setting ``openai_voices``), voicelane
-      voice ids work as they are.
+      voice ids work as they are; the header ``X-Voicelane-Voice`` says which voice spoke.
     * ``speed``: OpenAI's range; the engine's own speed where it reaches, time-stretched beyond
       (the gateway's ``stretch_speed``).
     * ``instructions``: no engine served takes style instructions through the gateway (ChatTTS's
@@ -64,6 +64,8 @@ SPEECH_FORMATS = {
 (``aac``: ``StreamEncoding.AAC``, ADTS)."""
 STREAM_FORMATS = ("audio", "sse")
 WARNING_HEADER = "X-Voicelane-Warning"
+VOICE_HEADER = "X-Voicelane-Voice"
+"""The voicelane voice the request speaks as (an OpenAI name mapped, an id as it came)."""
 INSTRUCTIONS_IGNORED = (
     "instructions ignored: no engine served here takes style instructions (docs/api.md)"
 )
@@ -159,8 +161,9 @@ async def openai_speech(request: Request, state: State, tenant: Tenant) -> Strea
     body = await openai_body(request, SpeechRequest)
     encoding = speech_encoding(body.response_format)
     sse = stream_format(body.stream_format) == "sse"
+    voice = await openai_voice(state, body.voice_id())
     ask = StreamAsk(
-        voice=await openai_voice(state, body.voice_id()),
+        voice=voice,
         speed=body.speed,
         sample_rate_hz=body.sample_rate_hz,
         encoding=encoding,
@@ -173,7 +176,7 @@ async def openai_speech(request: Request, state: State, tenant: Tenant) -> Strea
         stretch_speed=True,
     )
     stream = await state.streams.synthesize(tenant, body.input, ask, text_field="input")
-    headers = {"X-Request-Id": stream.request_id}
+    headers = {"X-Request-Id": stream.request_id, VOICE_HEADER: voice}
     if body.instructions and body.instructions.strip():
         headers[WARNING_HEADER] = INSTRUCTIONS_IGNORED
     if sse:

@@ -1,6 +1,8 @@
 """The OpenAI routes' bodies (in-process, real Redis): a lone surrogate (JSON's ``"\\ud800"``)
-in any string is 422 ``invalid_input`` naming the field and the offset — as on REST — not a
-400 ``malformed_request``; JSON that does not parse stays 400."""
+in any string is ``invalid_input`` naming the field (``param``) and the offset — as on REST —
+not ``malformed_request``; JSON that does not parse is ``malformed_request``. Both are 400, in
+OpenAI's error shape (issue 24: the OpenAI routes answer bad input as OpenAI does; they were
+422 before)."""
 
 from __future__ import annotations
 
@@ -44,13 +46,14 @@ def client(redis_url: str, tmp_path: Path) -> Iterator[TestClient]:
     ],
     ids=["speech input", "speech voice", "chat message"],
 )
-def test_a_lone_surrogate_is_422_with_field_and_offset(
+def test_a_lone_surrogate_is_400_with_param_and_offset(
     client: TestClient, path: str, body: bytes, field: str, where: str
 ) -> None:
     response = client.post(path, content=body, headers=ACME)
-    assert response.status_code == 422, response.text
+    assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["code"] == "invalid_input" and error["field"] == field, error
+    assert error["code"] == "invalid_input" and error["param"] == field, error
+    assert error["type"] == "invalid_request_error", error
     assert "lone surrogate" in error["message"] and where in error["message"], error
 
 
@@ -58,3 +61,4 @@ def test_json_that_does_not_parse_is_still_400(client: TestClient) -> None:
     response = client.post("/v1/audio/speech", content=b'{"input": "Hi', headers=ACME)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "malformed_request"
+    assert response.json()["error"]["type"] == "invalid_request_error"

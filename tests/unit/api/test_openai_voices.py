@@ -8,6 +8,7 @@ from voicelane.api.openai_voices import (
     SEED_VOICES,
     default_voices,
     english_voices,
+    is_mapped_name,
     mapped_voice,
     voice_map,
 )
@@ -79,3 +80,8 @@ def test_other_voices_pass_as_they_are_and_unmapped_names_are_auto() -> None:
     assert mapped_voice("Emma", {}) == "Emma"  # a tenant's voice keeps its case
     assert mapped_voice("cedar", {}) == "auto"
     assert mapped_voice(None, {}) == "auto" and mapped_voice("", {}) == "auto"
+
+
+def test_only_openais_names_and_the_settings_are_mapped_names() -> None:
+    assert is_mapped_name("Marin", {}) and is_mapped_name("narrator", {"narrator": "seed:1"})
+    assert not is_mapped_name("espeak:en-us", {}) and not is_mapped_name(None, {})
