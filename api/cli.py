@@ -407,6 +407,16 @@ def _cmd_grpc(args: argparse.Namespace, _cli: CliSettings) -> int:
     return 0
 
 
+def _cmd_wyoming(args: argparse.Namespace, _cli: CliSettings) -> int:
+    from voicelane.api.wyoming_front import run_wyoming
+    from voicelane.core.settings import WyomingSettings
+
+    settings = WyomingSettings(**_given(args, host="wyoming_host", port="wyoming_port"))
+    logging.getLogger().setLevel(logging.INFO)
+    run_wyoming(settings)
+    return 0
+
+
 def _cmd_flower(args: argparse.Namespace, _cli: CliSettings) -> int:
     from voicelane.api.flower import run_flower
     from voicelane.core.settings import FlowerSettings
@@ -647,6 +657,13 @@ def build_parser() -> argparse.ArgumentParser:
     grpc_cmd.add_argument("--host")
     grpc_cmd.add_argument("--port", type=int)
     grpc_cmd.set_defaults(handler=_cmd_grpc)
+
+    wyoming = commands.add_parser(
+        "wyoming", help="run the Wyoming protocol server (Home Assistant; port 10200)"
+    )
+    wyoming.add_argument("--host")
+    wyoming.add_argument("--port", type=int)
+    wyoming.set_defaults(handler=_cmd_wyoming)
 
     flower = commands.add_parser("flower", help="run Flower (read-only, basic auth; port 5555)")
     flower.add_argument("--port", type=int)

@@ -5,8 +5,9 @@ each engine served (``--engines`` / ``VOICELANE_ENGINES``; engine + batcher + it
 real-time consumer each: one per CPU core for a CPU engine such as espeak — the cores divided
 between the CPU engines served — one for a GPU engine; ``VOICELANE_RENDER_WORKERS``
 overrides), a CPU worker (``control,assemble`` + reconciler), a callback worker
-(``callbacks``: job callbacks, apart from planning), the REST API, the gRPC front and Flower,
-each as a child process, prints where each listens once all answer, and stops them all
+(``callbacks``: job callbacks, apart from planning), the REST API, the gRPC front, the Wyoming
+server (when it has a tenant: ``VOICELANE_WYOMING_API_KEY``, or dev mode) and Flower, each as a
+child process, prints where each listens once all answer, and stops them all
 (children in reverse order, then the Redis it started) on Ctrl-C or SIGTERM. State (Redis
 AOF, local storage) lives in ``--state-dir`` (default ``.voicelane/``).
 
@@ -22,6 +23,7 @@ Without ``VOICELANE_API_KEYS`` the stack runs in dev mode: API key ``demo-key`` 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -39,6 +41,7 @@ from urllib.parse import urlparse
 import httpx
 
 from voicelane.api.flower import basic_auth
+from voicelane.api.wyoming_wire import wyoming_serving
 from voicelane.common.errors import VoicelaneError
 from voicelane.core.engines import DEFAULT_STACK_ENGINES, engine_installed
 from voicelane.core.redis_server import RedisServer, redis_answers
@@ -306,9 +309,9 @@ def _worker_names(engine: str, count: int, engines: int) -> list[str]:
     return [f"{base}-{n}" for n in range(1, count + 1)]
 
 
-def _ready(api: StackSettings, grpc_target: str) -> bool:
-    """The API is ready, the gRPC front serves and a render worker of every engine reports
-    real-time capacity."""
+def _ready(api: StackSettings, grpc_target: str, *, wyoming: bool = False) -> bool:
+    """The API is ready, the gRPC front serves (and the Wyoming server, when ``up`` runs it)
+    and a render worker of every engine reports real-time capacity."""
     import redis
 
     from voicelane.core.lane.worker import reporting_workers
@@ -322,6 +325,8 @@ def _ready(api: StackSettings, grpc_target: str) -> bool:
     try:
         engines = api.served_engines()
         reporting = all(reporting_workers(client, engine) > 0 for engine in engines)
+        if wyoming and not wyoming_serving(api.wyoming_host, api.wyoming_port):
+            return False
         return reporting and grpc_serving(grpc_target)
     except redis.RedisError:
         return False
@@ -362,9 +367,28 @@ def _own_redis(state_dir: Path, settings: StackSettings) -> SupervisedRedis | No
     return SupervisedRedis(server)
 
 
-def _banner(supervisor: Supervisor, redis_url: str, dev: bool) -> str:
+def _wyoming_tenant(settings: StackSettings) -> str | None:
+    """The Wyoming server's tenant, or None when it has none (production keys without
+    ``VOICELANE_WYOMING_API_KEY``: ``up`` runs the rest without it). A key that is not one of
+    the API keys stops ``up`` at start."""
+    from voicelane.api.wyoming_front import wyoming_tenant
+
+    if settings.wyoming_api_key is None and settings.api_keys:
+        return None
+    return wyoming_tenant(settings)
+
+
+WYOMING_SKIPPED = (
+    "wyoming     not started: set VOICELANE_WYOMING_API_KEY (the API key whose tenant Home "
+    "Assistant acts as; docs/integrations.md)"
+)
+
+
+def _banner(supervisor: Supervisor, redis_url: str, dev: bool, *, wyoming: bool = True) -> str:
     lines = [f"redis       {redis_url}{' (started here)' if supervisor.redis else ''}"]
     lines += [f"{child.name:11} {child.where}" for child in supervisor.children]
+    if not wyoming:
+        lines.append(WYOMING_SKIPPED)
     if dev:
         lines.append("dev mode: API key 'demo-key' (tenant demo), Flower login admin:admin")
     lines.append(f"restarted when they exit; who runs: {supervisor.state_dir / CHILDREN_FILE}")
@@ -435,7 +459,9 @@ def run_stack(
     dev = not settings.api_keys
     stack = settings.model_copy(update={"dev_mode": True}) if dev else settings
     basic_auth(stack)  # a missing Flower login stops `up` now, saying what to set
+    wyoming_tenant = _wyoming_tenant(stack)  # so does a Wyoming key that is nobody's
     grpc_target = f"{stack.grpc_host}:{stack.grpc_port}"
+    wyoming_where = f"{stack.wyoming_host}:{stack.wyoming_port} (Wyoming, tenant {wyoming_tenant})"
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -472,10 +498,11 @@ def run_stack(
             ("callback-worker", ["worker", "--queues", "callbacks"], "queue callbacks", first),
             ("api", ["api"], f"http://{stack.host}:{stack.port} (OpenAPI: /docs)", first),
             ("grpc", ["grpc"], f"{grpc_target} (voicelane.v1.Speech)", first),
+            *([("wyoming", ["wyoming"], wyoming_where, first)] if wyoming_tenant else []),
             ("flower", ["flower"], f"http://{stack.flower_host}:{stack.flower_port}", first),
         ):
             child_env = {**env, "VOICELANE_ENGINE": engine, **_engine_env(stack, engine)}
-            if args[0] in ("worker", "grpc"):  # the API serves /metrics on its own port
+            if args[0] in ("worker", "grpc", "wyoming"):  # the API serves /metrics on its own port
                 child_env["VOICELANE_METRICS_PORT"] = str(metrics_port)
                 targets.append(_target(f"127.0.0.1:{metrics_port}", name))
                 metrics_port += 1
@@ -485,8 +512,10 @@ def run_stack(
         # Flower's /metrics needs its login: scrape it with its own job (deploy/prometheus.yml).
         _write_targets(state_dir / TARGETS_FILE, targets)
         supervisor.write_state()
-        banner = _banner(supervisor, stack.redis_url, dev)
-        _serve(supervisor, lambda: _ready(stack, grpc_target), banner, stopping)
+        wyoming = wyoming_tenant is not None
+        banner = _banner(supervisor, stack.redis_url, dev, wyoming=wyoming)
+        ready = functools.partial(_ready, stack, grpc_target, wyoming=wyoming)
+        _serve(supervisor, ready, banner, stopping)
         return 0
     finally:
         supervisor.stop()

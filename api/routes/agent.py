@@ -29,8 +29,7 @@ from voicelane.api.agent_wire import (
 )
 from voicelane.api.deps import State
 from voicelane.api.failures import websocket_reply
-from voicelane.api.routes.speech import MESSAGE_TOO_BIG, PreAuthTooLargeError
-from voicelane.api.ws_limits import check_preauth_size
+from voicelane.api.ws_limits import MESSAGE_TOO_BIG, PreAuthTooLargeError, check_preauth_size
 from voicelane.common.errors import AuthError, DeadlineExceededError, NoCapacityError
 
 log = logging.getLogger(__name__)

@@ -47,13 +47,13 @@ from voicelane.api.deps import State
 from voicelane.api.failures import websocket_reply
 from voicelane.api.llm import ChatTurn
 from voicelane.api.streams import Stream, StreamAsk, StreamChunk
+from voicelane.api.ws_limits import MESSAGE_TOO_BIG, PreAuthTooLargeError, check_preauth_size
 from voicelane.api.ws_messages import audio_message, end_message
 from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
     MalformedRequestError,
     NoCapacityError,
-    TextTooLargeError,
 )
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ async def _serve_websocket(socket: WebSocket, state: State) -> None:
                 f"no request within {settings.websocket_auth_timeout_s:g} s of connecting"
             ) from None
         if tenant is None:
-            _check_preauth_size(first, settings.websocket_preauth_max_bytes)
+            check_preauth_size(first, settings.websocket_preauth_max_bytes)
         body = WebSocketRequest.model_validate_json(first)
         if tenant is None:
             tenant = (
@@ -225,24 +225,3 @@ async def _ws_fail(
     with contextlib.suppress(Exception):
         await socket.send_json(reply.message)
         await socket.close(close_code or reply.close_code)
-
-
-MESSAGE_TOO_BIG = 1009
-"""The WebSocket close code of a message over the size allowed (RFC 6455)."""
-
-
-class PreAuthTooLargeError(TextTooLargeError):
-    """The request of a socket without an ``Authorization`` header is over
-    ``websocket_preauth_max_bytes``."""
-
-
-def _check_preauth_size(request: str, max_bytes: int) -> None:
-    """Refuse, unparsed, a request read before its key was checked that is over
-    ``max_bytes`` (UTF-8). The API's WebSocket protocol cuts such a message while it arrives
-    (:mod:`voicelane.api.ws_protocol`); this is the same bound for other servers."""
-    if len(request) > max_bytes or len(request.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise PreAuthTooLargeError(
-            f"a request without an Authorization header may be at most {max_bytes} bytes "
-            "(its key is checked after it is read): send the key in the header",
-            field="api_key",
-        )

@@ -11,9 +11,10 @@ A process kind's root (:mod:`~voicelane.core.settings.processes`) holds its sect
        │    .device, .batcher BatcherSettings, .chattts ChatTTSSettings, .piper PiperSettings
        ├─ FrontSettings                 (.api_keys, .llm LlmSettings)
        │  ├─ ApiSettings                voicelane api
-       │  └─ GrpcSettings               voicelane grpc
+       │  ├─ GrpcSettings               voicelane grpc
+       │  └─ WyomingSettings            voicelane wyoming
        ├─ FlowerSettings                voicelane flower
-       └─ StackSettings = Worker + Api + Grpc + Flower   voicelane up
+       └─ StackSettings = Worker + Api + Grpc + Wyoming + Flower   voicelane up
     EmbeddedSettings + EngineSettings   voicelane render / say / voices
     CliSettings                         every command: VOICELANE_API_KEY, _SERVER, _DEBUG
 
@@ -38,6 +39,7 @@ from voicelane.core.settings.processes import (
     ServiceSettings,
     StackSettings,
     WorkerSettings,
+    WyomingSettings,
 )
 from voicelane.core.settings.sections import (
     BatcherSettings,
@@ -67,5 +69,6 @@ __all__ = [
     "ServiceSettings",
     "StackSettings",
     "WorkerSettings",
+    "WyomingSettings",
     "variable_name",
 ]

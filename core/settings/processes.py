@@ -285,6 +285,31 @@ class GrpcSettings(FrontSettings):
     shutdown_grace_s: float = Field(5.0, ge=0)
 
 
+class WyomingSettings(FrontSettings):
+    """``voicelane wyoming``: the Wyoming protocol server (Home Assistant's voice protocol).
+    Wyoming has no authentication: every client acts as the tenant of ``wyoming_api_key``
+    (docs/security.md, "Wyoming")."""
+
+    wyoming_host: str = "127.0.0.1"
+    """Where it listens; anyone who reaches it speaks as its tenant, so keep it on a trusted
+    network (loopback by default)."""
+    wyoming_port: int = Field(10200, ge=1, le=65535)
+    wyoming_api_key: str | None = None
+    """The API key (one of ``api_keys``) whose tenant Wyoming clients act as: its quotas, its
+    voices and lexicons. Unset: the dev-mode tenant (``demo``) in dev mode without
+    ``api_keys``; otherwise the server refuses to start."""
+    wyoming_max_connections: int = Field(64, ge=1)
+    """Connections held at once; more are answered with an error and closed."""
+    wyoming_idle_timeout_s: float = Field(60.0, gt=0)
+    """A connection with nothing to do (no synthesis running) for this long is closed."""
+    wyoming_max_event_bytes: int = Field(256 * 1024, ge=4096)
+    """Largest event a client may send (its header line, data and payload together); a
+    bigger one is answered with an error and the connection closed."""
+    wyoming_samples_per_chunk: int = Field(1024, ge=64, le=65536)
+    """Samples per ``audio-chunk`` event (wyoming-piper's 1024: about 46 ms at 22,050 Hz)."""
+    shutdown_grace_s: float = Field(5.0, ge=0)
+
+
 class FlowerSettings(ServiceSettings):
     """``voicelane flower``: read-only Flower with basic auth."""
 
@@ -294,7 +319,7 @@ class FlowerSettings(ServiceSettings):
     """``user:password``; required unless dev_mode (then ``admin:admin``)."""
 
 
-class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, FlowerSettings):
+class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, WyomingSettings, FlowerSettings):
     """``voicelane up``: the whole stack on one machine. Its tree is the union of its
     children's (they read the same environment), so a setting any child would refuse stops
     ``up`` at start instead of a child in a restart loop."""
@@ -305,8 +330,9 @@ class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, FlowerSettings):
     GPU engine (one worker per GPU; run more by hand on a multi-GPU host)."""
 
     metrics_base_port: int = Field(9101, ge=1, le=65000)
-    """The workers and the gRPC front serve ``/metrics`` on consecutive ports from here (the
-    API on its own port); the list is written to ``{state_dir}/prometheus-targets.json``."""
+    """The workers, the gRPC front and the Wyoming server serve ``/metrics`` on consecutive
+    ports from here (the API on its own port); the list is written to
+    ``{state_dir}/prometheus-targets.json``."""
 
     llm_standin_port: int = Field(11434, ge=1, le=65535)
     """``up --llm-standin``: the port of the stand-in Ollama server (Ollama's own port)."""
@@ -332,6 +358,7 @@ ROOTS: tuple[type[Root], ...] = (
     WorkerSettings,
     ApiSettings,
     GrpcSettings,
+    WyomingSettings,
     FlowerSettings,
     StackSettings,
 )

@@ -23,16 +23,20 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from wyoming.audio import AudioChunk
+from wyoming.client import AsyncTcpClient
+from wyoming.tts import Synthesize
 
 from tests.support.stack import ACME_KEY, API_KEYS, ROOT, wait_for
 from voicelane.api.stack import grpc_serving
+from voicelane.api.wyoming_wire import wyoming_serving
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core.redis_server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KINDS = ("gpu-worker", "cpu-worker", "callback-worker", "api", "grpc", "flower", "redis")
+KINDS = ("gpu-worker", "cpu-worker", "callback-worker", "api", "grpc", "wyoming", "flower", "redis")
 AUTH = {"Authorization": f"Bearer {ACME_KEY}"}
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
 FINAL = ("done", "failed", "cancelled")
@@ -74,6 +78,7 @@ class Up:
     api_port: int
     grpc_port: int
     flower_port: int
+    wyoming_port: int
 
     @property
     def grpc_target(self) -> str:
@@ -107,6 +112,9 @@ class Up:
 
     def grpc_answers(self) -> bool:
         return grpc_serving(self.grpc_target)
+
+    def wyoming_answers(self) -> bool:
+        return wyoming_serving("127.0.0.1", self.wyoming_port)
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -155,7 +163,7 @@ def leftovers(state_dir: Path) -> list[int]:
 def up(tmp_path: Path) -> Iterator[Up]:
     state_dir = tmp_path / "state"
     output = tmp_path / "up.out"
-    api_port, grpc_port, flower_port, redis_port = (free_port() for _ in range(4))
+    api_port, grpc_port, flower_port, redis_port, wyoming_port = (free_port() for _ in range(5))
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOICELANE_")}
     env.update(TIMINGS)
     env.update(
@@ -167,14 +175,16 @@ def up(tmp_path: Path) -> Iterator[Up]:
             "VOICELANE_PORT": str(api_port),
             "VOICELANE_GRPC_PORT": str(grpc_port),
             "VOICELANE_FLOWER_PORT": str(flower_port),
+            "VOICELANE_WYOMING_PORT": str(wyoming_port),
+            "VOICELANE_WYOMING_API_KEY": ACME_KEY,
             "VOICELANE_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-            "VOICELANE_METRICS_BASE_PORT": str(free_port()),  # and the next two
+            "VOICELANE_METRICS_BASE_PORT": str(free_port()),  # and the next four
         }
     )
     command = [sys.executable, "-m", "voicelane.api.cli", "up", "--state-dir", str(state_dir)]
     with output.open("wb") as out:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    stack = Up(process, state_dir, output, api_port, grpc_port, flower_port)
+    stack = Up(process, state_dir, output, api_port, grpc_port, flower_port, wyoming_port)
     try:
         wait_for(stack.ready, 120, "voicelane up to be ready")
         yield stack
@@ -217,10 +227,23 @@ async def synthesize(target: str) -> bool:
     return bool(chunks) and chunks[-1].final
 
 
+async def wyoming_speaks(port: int) -> bool:
+    """Whether one Wyoming synthesis is spoken to its ``audio-stop``."""
+    async with AsyncTcpClient("127.0.0.1", port, read_timeout=30) as client:
+        await client.write_event(Synthesize(text="Speaking again.").event())
+        chunks = 0
+        while (event := await client.read_event()) is not None:
+            chunks += AudioChunk.is_type(event.type)
+            if event.type in ("audio-stop", "error"):
+                return event.type == "audio-stop" and chunks > 0
+    return False
+
+
 def works_end_to_end(stack: Up) -> None:
     job_done(stack)
     wait_for(retrying(lambda: asyncio.run(synthesize(stack.grpc_target))), 60, "a gRPC stream")
     wait_for(retrying(stack.flower_answers), 60, "Flower to answer")
+    wait_for(retrying(lambda: asyncio.run(wyoming_speaks(stack.wyoming_port))), 60, "Wyoming")
 
 
 def kill_and_recover(stack: Up, kind: str) -> None:
@@ -228,7 +251,12 @@ def kill_and_recover(stack: Up, kind: str) -> None:
     os.kill(before["pid"], signal.SIGKILL)
     wait_for(lambda: stack.pid(kind) is None, 5, f"up to see {kind} exit")
     # Meanwhile (its backoff is 1 s) the others keep serving.
-    others = {"api": stack.api_answers, "grpc": stack.grpc_answers, "flower": stack.flower_answers}
+    others = {
+        "api": stack.api_answers,
+        "grpc": stack.grpc_answers,
+        "wyoming": stack.wyoming_answers,
+        "flower": stack.flower_answers,
+    }
     for name, answers in others.items():
         if name != kind:
             assert answers(), f"{name} stopped answering while {kind} was down"
@@ -249,9 +277,10 @@ def test_every_process_of_up_comes_back_after_a_sigkill_and_sigterm_stops_them_a
     works_end_to_end(up)
     targets = json.loads(read(up.state_dir / "prometheus-targets.json"))
     listed = {t["labels"]["process"]: t["targets"][0] for t in targets}
-    assert set(listed) == {"api", "gpu-worker", "cpu-worker", "callback-worker", "grpc"}, listed
+    metered = ("gpu-worker", "cpu-worker", "callback-worker", "grpc", "wyoming")
+    assert set(listed) == {"api", *metered}, listed
     # the API's needs its token
-    for process in ("gpu-worker", "cpu-worker", "callback-worker", "grpc"):
+    for process in metered:
         scraped = httpx.get(f"http://{listed[process]}/metrics", timeout=5).text
         assert "voicelane_" in scraped or "grpc_stream_errors_total" in scraped, process
     for kind in KINDS:

@@ -102,7 +102,7 @@ class Client:
             return message
         context = self.contexts.setdefault(context_id, Context())
         context.messages.append(message)
-        if message["type"] == "audio":
+        if message["type"] == "audio" and "audio" in message:
             context.pcm.extend(base64.b64decode(message["audio"]))
         elif message["type"] == "words":
             context.words.extend(message["words"])
@@ -217,6 +217,23 @@ def test_flush_speaks_an_unfinished_sentence_and_close_ends_with_done(stack: Sta
     assert context.types()[-1] == "done"
 
 
+def test_an_opus_context_sends_20_ms_packets(stack: Stack) -> None:
+    async def main() -> Client:
+        socket, client = await connect(stack)
+        async with socket:
+            await client.append("op", "Short and sweet.", encoding="opus", close=True)
+            await client.until("op", "done")
+        return client
+
+    context = run(main()).contexts["op"]
+    assert context.messages[0]["encoding"] == "opus"
+    audio = [m for m in context.messages if m["type"] == "audio"]
+    packets = [base64.b64decode(p) for m in audio for p in m["packets"]]
+    assert packets and all(packets)
+    assert all(m["duration_ms"] == 20 * len(m["packets"]) for m in audio)
+    assert context.messages[-1]["duration_ms"] == 20 * len(packets)
+
+
 def test_a_cancel_is_answered_and_nothing_of_its_context_follows(stack: Stack) -> None:
     long_text = " ".join(["The river runs past the old mill and on toward the sea."] * 6)
 
@@ -299,6 +316,21 @@ def test_auth_by_header_by_first_message_or_refused(stack: Stack) -> None:
             assert ready["type"] == "ready"
 
     run(main())
+
+
+def test_a_keyless_socket_is_capped_before_its_key_is_checked(stack: Stack) -> None:
+    big = json.dumps({"type": "auth", "api_key": "k" * (64 * 1024)})
+
+    async def main() -> int:
+        async with websockets.connect(url(stack), max_size=1 << 22) as socket:
+            await socket.send(big)
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+                while True:
+                    await asyncio.wait_for(socket.recv(), TIMEOUT_S)
+            assert closed.value.rcvd is not None
+            return closed.value.rcvd.code
+
+    assert run(main()) == 1009
 
 
 @pytest.mark.parametrize(

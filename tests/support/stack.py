@@ -1,9 +1,10 @@
 """Real processes of the batch lane for integration tests and benchmarks.
 
-:class:`Stack` starts ``voicelane worker`` (GPU side and CPU side), ``voicelane api`` and
-``voicelane flower`` as child processes against a given Redis and storage, waits until they
-answer, and stops (or SIGKILLs) them on request. Logs go to files in the lane's directory and
-are printed when a test fails, so a failure says what the processes did.
+:class:`Stack` starts ``voicelane worker`` (GPU side and CPU side), ``voicelane api``,
+``voicelane grpc``, ``voicelane wyoming`` and ``voicelane flower`` as child processes against a
+given Redis and storage, waits until they answer, and stops (or SIGKILLs) them on request.
+Logs go to files in the lane's directory and are printed when a test fails, so a failure says
+what the processes did.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TypeVar
 import httpx
 
 from voicelane.api.stack import grpc_serving
+from voicelane.api.wyoming_wire import wyoming_serving
 from voicelane.core.redis_server import free_port
 
 T = TypeVar("T")
@@ -82,6 +84,7 @@ class Stack:
     api_port: int = 0
     flower_port: int = 0
     grpc_port: int = 0
+    wyoming_port: int = 0
 
     @property
     def env(self) -> dict[str, str]:
@@ -191,6 +194,22 @@ class Stack:
             return grpc_serving(self.grpc_target)
 
         wait_for(serving, 60, "the gRPC front to serve")
+        return proc
+
+    def wyoming(self, name: str = "wyoming", extra_env: dict[str, str] | None = None) -> Proc:
+        """A Wyoming server (its port: :attr:`wyoming_port`, until the next one starts), acting
+        as tenant ``acme`` unless ``extra_env`` sets another ``VOICELANE_WYOMING_API_KEY``;
+        ready once it answers ``describe``."""
+        self.wyoming_port = free_port()
+        env = {"VOICELANE_WYOMING_API_KEY": ACME_KEY, **(extra_env or {})}
+        proc = self.spawn(name, "wyoming", "--port", str(self.wyoming_port), extra_env=env)
+
+        def serving() -> bool:
+            if not proc.alive():
+                raise AssertionError(f"wyoming exited:\n{proc.tail()}")
+            return wyoming_serving("127.0.0.1", self.wyoming_port)
+
+        wait_for(serving, 60, "the Wyoming server to answer")
         return proc
 
     def metered_processes(self) -> dict[str, int]:

@@ -211,7 +211,7 @@ def test_each_server_command_hands_its_one_settings_tree_down(
 ) -> None:
     import uvicorn
 
-    from voicelane.api import flower, grpc_front, rest, stack
+    from voicelane.api import flower, grpc_front, rest, stack, wyoming_front
     from voicelane.core.settings import (
         ApiSettings,
         FlowerSettings,
@@ -219,6 +219,7 @@ def test_each_server_command_hands_its_one_settings_tree_down(
         Root,
         StackSettings,
         WorkerSettings,
+        WyomingSettings,
     )
     from voicelane.workers import runtime
 
@@ -229,6 +230,7 @@ def test_each_server_command_hands_its_one_settings_tree_down(
         "worker": (runtime, "run_worker", WorkerSettings),
         "api": (rest, "create_app", ApiSettings),
         "grpc": (grpc_front, "run_grpc", GrpcSettings),
+        "wyoming": (wyoming_front, "run_wyoming", WyomingSettings),
         "flower": (flower, "run_flower", FlowerSettings),
         "up": (stack, "run_stack", StackSettings),
     }
@@ -237,17 +239,22 @@ def test_each_server_command_hands_its_one_settings_tree_down(
         captured = Captured()
         monkeypatch.setattr(module, name, captured)
         reads.clear()
-        flags = ["--port", "9999"] if command in ("api", "grpc", "flower") else []
+        flags = ["--port", "9999"] if command in ("api", "grpc", "wyoming", "flower") else []
         assert main([command, *flags]) == 0, command
         assert len(captured.settings) == 1 and type(captured.settings[0]) is root, command
         settings: Any = captured.settings[0]
         assert reads == ["CliSettings", root.__name__], command  # the environment, once each
-        if command in ("api", "grpc", "up"):
+        if command in ("api", "grpc", "wyoming", "up"):
             assert settings.llm.model == "llama3:8b"
         if command in ("worker", "up"):
             assert settings.batcher.max_batch == 7
         if flags:  # a flag is a keyword of the root: it wins over the environment
-            port = {"api": "port", "grpc": "grpc_port", "flower": "flower_port"}[command]
+            port = {
+                "api": "port",
+                "grpc": "grpc_port",
+                "wyoming": "wyoming_port",
+                "flower": "flower_port",
+            }[command]
             assert getattr(settings, port) == 9999
 
 

@@ -1,0 +1,5 @@
+"""The plugin's logger."""
+
+import logging
+
+logger = logging.getLogger("livekit.plugins.voicelane")
