@@ -338,7 +338,10 @@ class VoicelaneTTSService(WebsocketTTSService):
         """Speak what was appended to the context so far, even an unfinished sentence."""
         flush_id = context_id or self.get_active_audio_context_id()
         if flush_id and flush_id in self._wire_contexts and self._websocket:
-            await self._send({"type": "flush", "context_id": flush_id})
+            try:
+                await self._send({"type": "flush", "context_id": flush_id})
+            except Exception as e:
+                await self.push_error(error_msg=f"voicelane: cannot flush: {e}", exception=e)
 
     async def on_turn_context_completed(self) -> None:
         """End of the turn: ``close`` its context (the rest is spoken, then ``done``)."""
@@ -435,8 +438,9 @@ class VoicelaneTTSService(WebsocketTTSService):
             return  # interrupted: its audio, words and end are dropped
         if not self.audio_context_available(context_id) and context_id != self._turn_context_id:
             # Its audio context is gone (it went quiet past ``stop_frame_timeout_s`` and its
-            # turn is over): too late to play. The current turn's is opened again (Pipecat's
-            # ``append_to_audio_context``).
+            # turn is over, or was interrupted then): too late to play, so it is cancelled.
+            # The current turn's is opened again (Pipecat's ``append_to_audio_context``).
+            await self._cancel_wire_context(context_id)
             return
         if kind == "audio":
             await self._handle_audio(context, context_id, message)
