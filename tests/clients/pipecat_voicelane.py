@@ -357,6 +357,39 @@ async def refused_voice(
     }
 
 
+async def overlapping(
+    worker: PipelineWorker, seen: Seen, service: RecordingService
+) -> dict[str, Any]:
+    """Two utterances queued back to back: two contexts open at once on the one socket (the
+    second sent before the first is done); Pipecat plays them one after the other, whole."""
+    mark = len(seen.down)
+    texts = ("The first of two utterances, said in full.", "And the second one, after it.")
+    for text in texts:
+        await worker.queue_frame(TTSSpeakFrame(text))
+
+    def both_stopped() -> list[str] | None:
+        ids = [f.context_id for _, f in seen.down[mark:] if isinstance(f, TTSStoppedFrame)]
+        return ids if len(ids) >= 2 else None
+
+    first, second = (await seen.until("both utterances", both_stopped))[:2]
+    order = [f.context_id for _, f in audio_of(seen, start=mark)]
+    first_done_at = next(
+        at for at, m in service.received if m["type"] == "done" and m["context_id"] == first
+    )
+    second_started_at = next(
+        at for at, m in service.received if m["type"] == "started" and m["context_id"] == second
+    )
+    return {
+        "context_ids": [first, second],
+        "second_started_before_first_done": second_started_at < first_done_at,
+        "played_in_order": order == sorted(order, key=lambda c: c != first),
+        "audio_s": [duration_s(audio_of(seen, c, mark)) for c in (first, second)],
+        "done_duration_ms": [
+            received(service, "done", c).get("duration_ms") for c in (first, second)
+        ],
+    }
+
+
 Steps = Callable[[PipelineWorker, Seen, RecordingService], Awaitable[None]]
 
 
@@ -419,6 +452,7 @@ async def main(base_url: str, api_key: str, voice: str | None) -> dict[str, Any]
         findings["max_contexts"] = service.max_contexts
         findings["turn"] = await llm_turn(worker, seen, service)
         findings["interruption"] = await interruption(worker, seen, service)
+        findings["overlapping"] = await overlapping(worker, seen, service)
         findings["refused_voice"] = await refused_voice(worker, seen, service, voice)
         findings["errors_before_end"] = [f.error for _, f in seen.up if isinstance(f, ErrorFrame)]
 

@@ -122,6 +122,14 @@ def test_an_interruption_stops_the_audio_within_100_ms(ours: dict[str, Any]) -> 
     assert cut["next_context_id"] != cut["context_id"] and cut["next_audio_s"] > 0.5, cut
 
 
+def test_two_contexts_at_once_on_one_socket_play_in_order(ours: dict[str, Any]) -> None:
+    both = ours["overlapping"]
+    assert both["second_started_before_first_done"], both
+    assert both["played_in_order"], both
+    for audio_s, done_ms in zip(both["audio_s"], both["done_duration_ms"], strict=True):
+        assert audio_s > 1.0 and abs(audio_s * 1000 - done_ms) <= 20, both
+
+
 def test_a_refused_context_is_one_error_frame_and_the_pipeline_goes_on(
     ours: dict[str, Any],
 ) -> None:
