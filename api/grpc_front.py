@@ -14,9 +14,7 @@ Entry points: :func:`serve` (async, for tests and embedding) and :func:`run_grpc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 from dataclasses import dataclass
 
 import grpc
@@ -27,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from voicelane.api.auth import ApiKeys
 from voicelane.api.engines import EngineCatalog
+from voicelane.api.front_process import serve_front
 from voicelane.api.grpc_admission import AdmissionInterceptor, CallLimits
 from voicelane.api.grpc_auth import AuthInterceptor
 from voicelane.api.grpc_decode import DecodeInterceptor
@@ -174,36 +173,14 @@ async def serve(
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the front until SIGTERM/SIGINT (or ``stop`` is set, or the task is cancelled)."""
-    own_lane = lane is None
-    lane = lane or RealtimeClient.from_url(settings.redis_url, settings.realtime)
-    signals = stop is None
-    stop = stop or asyncio.Event()
-    if signals:
-        _on_signals(stop)
-    try:
-        front = await start_front(settings, lane)
-        if ready is not None:
-            ready.set()
-        try:
-            await stop.wait()
-        finally:
-            await stop_front(front, settings.shutdown_grace_s)
-    finally:
-        if signals:
-            _on_signals(None)
-        if own_lane:
-            await lane.close()
-
-
-def _on_signals(stop: asyncio.Event | None) -> None:
-    """SIGTERM/SIGINT set ``stop`` (``None``: back to the defaults). Main thread only."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            if stop is None:
-                loop.remove_signal_handler(sig)
-            else:
-                loop.add_signal_handler(sig, stop.set)
+    await serve_front(
+        settings,
+        lambda front_lane: start_front(settings, front_lane),
+        stop_front,
+        lane=lane,
+        ready=ready,
+        stop=stop,
+    )
 
 
 def run_grpc(settings: GrpcSettings) -> None:

@@ -31,6 +31,7 @@ from voicelane.api.chat import (
     chat,
 )
 from voicelane.api.failures import grpc_reply
+from voicelane.api.front_process import wait_step
 from voicelane.api.grpc_auth import current_tenant
 from voicelane.api.grpc_errors import Context, abort, status_code
 from voicelane.api.llm import ChatTurn, LlmBridge
@@ -337,7 +338,7 @@ async def _converse(
     try:
         while True:
             step = asyncio.ensure_future(anext(chunks))
-            await _wait_step(step, feeder)
+            await wait_step(step, feeder)
             try:
                 chunk = step.result()
             except StopAsyncIteration:
@@ -365,18 +366,6 @@ async def _feed(conversation: Conversation, requests: AsyncIterator[pb.ConverseR
         else:
             raise InvalidInputError("a ConverseRequest must set start, text_delta, flush or end")
     await conversation.end()  # the client closed its side: that is the end
-
-
-async def _wait_step(step: asyncio.Future[Any], feeder: asyncio.Task[None]) -> None:
-    """Wait for ``step``; raise the feeder's error as soon as it fails (even if it failed
-    while the previous chunk was being sent)."""
-    while True:
-        if feeder.done() and not feeder.cancelled() and (error := feeder.exception()):
-            raise error
-        if step.done():
-            return
-        waiting: set[asyncio.Future[Any]] = {step} if feeder.done() else {step, feeder}
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
 
 
 async def _cancel_tasks(*tasks: asyncio.Future[Any] | None) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from dataclasses import dataclass, field
 from importlib import metadata
 
@@ -26,6 +25,7 @@ from wyoming.event import async_write_event
 
 from voicelane.api.auth import DEV_KEYS, ApiKeys
 from voicelane.api.engines import EngineCatalog
+from voicelane.api.front_process import serve_front
 from voicelane.api.streams import StreamGateway
 from voicelane.api.text_options import TextOptionsResolver
 from voicelane.api.voice_options import VoiceResolver
@@ -154,36 +154,14 @@ async def serve(
 ) -> None:
     """Run the server until SIGTERM/SIGINT (or ``stop`` is set, or the task is cancelled)."""
     wyoming_tenant(settings)  # a refusal before anything is opened
-    own_lane = lane is None
-    lane = lane or RealtimeClient.from_url(settings.redis_url, settings.realtime)
-    signals = stop is None
-    stop = stop or asyncio.Event()
-    if signals:
-        _on_signals(stop)
-    try:
-        front = await start_front(settings, lane)
-        if ready is not None:
-            ready.set()
-        try:
-            await stop.wait()
-        finally:
-            await stop_front(front, settings.shutdown_grace_s)
-    finally:
-        if signals:
-            _on_signals(None)
-        if own_lane:
-            await lane.close()
-
-
-def _on_signals(stop: asyncio.Event | None) -> None:
-    """SIGTERM/SIGINT set ``stop`` (``None``: back to the defaults). Main thread only."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            if stop is None:
-                loop.remove_signal_handler(sig)
-            else:
-                loop.add_signal_handler(sig, stop.set)
+    await serve_front(
+        settings,
+        lambda front_lane: start_front(settings, front_lane),
+        stop_front,
+        lane=lane,
+        ready=ready,
+        stop=stop,
+    )
 
 
 def run_wyoming(settings: WyomingSettings) -> None:

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from wyoming.event import Event, Eventable, async_write_event
 from wyoming.info import Describe, SelectProgram
@@ -42,6 +42,7 @@ from wyoming.tts import (
 )
 
 from voicelane.api.failures import client_error
+from voicelane.api.front_process import wait_step
 from voicelane.api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
 from voicelane.api.wyoming_events import (
     PROGRAM_NAME,
@@ -317,7 +318,7 @@ class WyomingSession:
         try:
             while True:
                 step = asyncio.ensure_future(anext(chunks))
-                await _wait_step(step, feeder)
+                await wait_step(step, feeder)
                 try:
                     chunk = step.result()
                 except StopAsyncIteration:
@@ -412,20 +413,6 @@ async def _feed(conversation: Conversation, texts: asyncio.Queue[str | None]) ->
     while (text := await texts.get()) is not None:
         await conversation.send(text)
     await conversation.end()
-
-
-async def _wait_step(step: asyncio.Future[Any], feeder: asyncio.Task[None] | None) -> None:
-    """Wait for ``step``; raise the feeder's error as soon as it fails."""
-    while True:
-        done = feeder is not None and feeder.done() and not feeder.cancelled()
-        if done and feeder is not None and (error := feeder.exception()) is not None:
-            raise error
-        if step.done():
-            return
-        waiting: set[asyncio.Future[Any]] = {step}
-        if feeder is not None and not feeder.done():
-            waiting.add(feeder)
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
 
 
 __all__ = ["SessionConfig", "WyomingSession"]
