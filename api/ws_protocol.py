@@ -11,7 +11,8 @@ byte, raised to ``websocket_max_message_bytes`` (1 MiB) once a handshake with an
 request, so such a socket buffers at most that): a bigger message of a keyless socket — its
 inflated size counts — is cut by the protocol while it arrives, with close code 1009 (message
 too big), never buffered whole nor parsed. The route checks the same bound again
-(:mod:`voicelane.api.routes.speech`), for servers that do not use this protocol.
+(:mod:`voicelane.api.ws_limits`), for servers that do not use this protocol. The agent
+protocol's socket (:data:`UNCOMPRESSED_PATHS`) is never compressed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
+
+
+UNCOMPRESSED_PATHS = frozenset({"/v1/agent"})
+"""Sockets that never negotiate per-message-deflate: the agent protocol's messages are mostly
+base64 audio, which deflate barely shrinks, at a cost that dominated the API's CPU under load
+(48% of its busy samples at 50 connections x 4 contexts, ahead of everything else), and which
+delayed ``cancelled`` behind it. Clients that offer the extension get plain frames."""
 
 
 def guarded_protocol(preauth_max_bytes: int) -> type[WebSocketsSansIOProtocol]:
@@ -36,6 +44,8 @@ def guarded_protocol(preauth_max_bytes: int) -> type[WebSocketsSansIOProtocol]:
         def handle_connect(self, event: Request) -> None:
             if "authorization" in event.headers:  # checked by the route before it reads
                 self.conn.max_message_size = self.config.ws_max_size
+            if event.path.partition("?")[0] in UNCOMPRESSED_PATHS:
+                self.conn.available_extensions = []  # per-message-deflate not negotiated
             super().handle_connect(event)
 
     return GuardedWebSocketProtocol

@@ -128,6 +128,23 @@ def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
+def test_the_socket_never_negotiates_compression(stack: Stack) -> None:
+    """A client offering per-message-deflate (``websockets`` does by default) gets plain
+    frames: deflating base64 audio cost the API half its CPU under load (docs/benchmarks.md,
+    agent protocol). ``/v1/stream`` still negotiates it."""
+
+    async def extensions(path: str) -> str | None:
+        target = stack.api_url.replace("http://", "ws://") + path
+        async with websockets.connect(
+            target, additional_headers=AUTH, compression="deflate"
+        ) as socket:
+            assert socket.response is not None
+            return socket.response.headers.get("Sec-WebSocket-Extensions")
+
+    assert run(extensions("/v1/agent")) is None
+    assert "permessage-deflate" in (run(extensions("/v1/stream")) or "")
+
+
 # ---- several contexts, words, flush, close ---------------------------------------------------
 
 PIECES = {
