@@ -11,14 +11,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from voicelane.core.lane.front import RealtimeClient
+from voicelane.core.redis_clients import RedisTarget
 from voicelane.core.settings import RealtimeSettings
 
 Front = TypeVar("Front")
 
 
 class FrontProcessSettings(Protocol):
-    @property
-    def redis_url(self) -> str: ...
+    def redis_target(self) -> RedisTarget: ...
     @property
     def realtime(self) -> RealtimeSettings: ...
     @property
@@ -38,7 +38,7 @@ async def serve_front(
     stop it within ``shutdown_grace_s``. ``lane``: a lane of the caller's (else one of its own,
     closed at the end); ``ready``: set once the front serves."""
     own_lane = lane is None
-    lane = lane or RealtimeClient.from_url(settings.redis_url, settings.realtime)
+    lane = lane or RealtimeClient.from_url(settings.redis_target(), settings.realtime)
     signals = stop is None
     stop = stop or asyncio.Event()
     if signals:

@@ -117,7 +117,7 @@ async def start_front(
     )
     # The tenants' lexicons, read through the ledger (a short timeout: a paused Redis fails
     # the request fast instead of holding it).
-    ledger = Ledger.from_url(settings.redis_url, socket_timeout_s=LEXICON_TIMEOUT_S)
+    ledger = Ledger.from_url(settings.redis_target(), socket_timeout_s=LEXICON_TIMEOUT_S)
     gateway = StreamGateway(
         settings,
         lane,

@@ -77,10 +77,10 @@ def create_app(
     if storage is None:
         storage = open_storage(settings.storage, dev_mode=settings.dev_mode)
         storage.prepare()
-    ledger = ledger or Ledger.from_url(settings.redis_url, socket_timeout_s=LEDGER_TIMEOUT_S)
+    ledger = ledger or Ledger.from_url(settings.redis_target(), socket_timeout_s=LEDGER_TIMEOUT_S)
     # Async Redis for the real-time lane, the quotas and the engine's capabilities (connects
     # on first use).
-    lane = RealtimeClient.from_url(settings.redis_url, settings.realtime)
+    lane = RealtimeClient.from_url(settings.redis_target(), settings.realtime)
     engines = EngineCatalog(lane, settings.served_engines())
     rate = RequestRate(
         lane.redis, per_s=settings.tenant_requests_per_s, burst=settings.tenant_request_burst

@@ -44,6 +44,7 @@ from voicelane.api.flower import basic_auth
 from voicelane.api.wyoming_wire import wyoming_serving
 from voicelane.common.errors import VoicelaneError
 from voicelane.core.engines import DEFAULT_STACK_ENGINES, engine_installed
+from voicelane.core.redis_clients import describe
 from voicelane.core.redis_server import RedisServer, redis_answers
 from voicelane.core.settings.processes import StackSettings, cpu_cores
 
@@ -315,13 +316,14 @@ def _ready(api: StackSettings, grpc_target: str, *, wyoming: bool = False) -> bo
     import redis
 
     from voicelane.core.lane.worker import reporting_workers
+    from voicelane.core.redis_clients import sync_client
 
     try:
         if httpx.get(f"http://{api.host}:{api.port}/readyz", timeout=1.0).status_code != 200:
             return False
     except httpx.HTTPError:
         return False
-    client = redis.Redis.from_url(api.redis_url, socket_timeout=1.0)
+    client = sync_client(api.redis_target(), socket_timeout_s=1.0)
     try:
         engines = api.served_engines()
         reporting = all(reporting_workers(client, engine) > 0 for engine in engines)
@@ -356,7 +358,9 @@ def _environment(settings: StackSettings, state_dir: Path) -> dict[str, str]:
 
 def _own_redis(state_dir: Path, settings: StackSettings) -> SupervisedRedis | None:
     """A Redis of our own, unless one answers at the configured URL (then it is not ours to
-    start, supervise or stop)."""
+    start, supervise or stop), and never with sentinels: their primary is the operator's."""
+    if settings.redis_sentinels.strip():
+        return None
     parsed = urlparse(settings.redis_url)
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
     if redis_answers(host, port):
@@ -513,7 +517,7 @@ def run_stack(
         _write_targets(state_dir / TARGETS_FILE, targets)
         supervisor.write_state()
         wyoming = wyoming_tenant is not None
-        banner = _banner(supervisor, stack.redis_url, dev, wyoming=wyoming)
+        banner = _banner(supervisor, describe(stack.redis_target()), dev, wyoming=wyoming)
         ready = functools.partial(_ready, stack, grpc_target, wyoming=wyoming)
         _serve(supervisor, ready, banner, stopping)
         return 0

@@ -84,7 +84,7 @@ class WyomingFront:
 
 async def start_front(settings: WyomingSettings, lane: RealtimeClient) -> WyomingFront:
     tenant = wyoming_tenant(settings)
-    ledger = Ledger.from_url(settings.redis_url, socket_timeout_s=LEXICON_TIMEOUT_S)
+    ledger = Ledger.from_url(settings.redis_target(), socket_timeout_s=LEXICON_TIMEOUT_S)
     gateway = StreamGateway(
         settings,
         lane,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from voicelane.common.errors import JobStateError, UnavailableError
 from voicelane.core.engines import ENGINE_NAMES, render_queue
 from voicelane.core.ledger import Job, JobOptions, JobState, Ledger
+from voicelane.core.redis_clients import celery_broker
 from voicelane.core.settings import ServiceSettings
 
 if TYPE_CHECKING:
@@ -88,12 +89,15 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
     never handed out twice at once; ``unacked_restore_interval=5`` with
     ``unacked_restore_throttle=1``: a dead worker's messages come back within seconds after
     that (leases and the reconciler recover chunks faster; this is the backstop); each queue
-    its own direct exchange; task events on, for Flower.
+    its own direct exchange; task events on, for Flower. With sentinels, kombu's
+    ``sentinel://`` transport (the primary asked of them on every reconnect); no result
+    backend is used (``task_ignore_result``), so none needs Sentinel.
     """
     from kombu import Exchange, Queue
 
+    broker_url, sentinel_options = celery_broker(settings.redis_target())
     app.conf.update(
-        broker_url=settings.redis_url,
+        broker_url=broker_url,
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",
@@ -109,6 +113,7 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
             "visibility_timeout": int(2 * settings.render_time_limit_s),
             "unacked_restore_interval": 5,
             "unacked_restore_throttle": 1,
+            **sentinel_options,
         },
         task_queues=[
             Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES

@@ -64,7 +64,7 @@ class WorkerProcess:
 def start_worker_process(
     settings: WorkerSettings, *, queues: list[str], name: str
 ) -> WorkerProcess:
-    ledger = Ledger.from_url(settings.redis_url)
+    ledger = Ledger.from_url(settings.redis_target())
     storage = open_storage(settings.storage, dev_mode=settings.dev_mode)
     storage.prepare()
     jobs = JobContext(
@@ -85,7 +85,7 @@ def start_worker_process(
             idle_unload_s=settings.idle_unload_s,
         ).start()
         lane = RealtimeWorkerClient.from_url(
-            settings.redis_url, name, settings.realtime, engine=engine.name
+            settings.redis_target(), name, settings.realtime, engine=engine.name
         )
         lane.publish_capabilities(engine.capabilities())
         if settings.realtime_enabled:

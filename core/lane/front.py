@@ -41,7 +41,7 @@ from voicelane.core.lane.messages import (
     StreamRequest,
     now_ms,
 )
-from voicelane.core.redis_clients import async_client
+from voicelane.core.redis_clients import RedisTarget, async_client
 from voicelane.core.rules import EngineCapabilities
 from voicelane.core.settings import RealtimeSettings
 
@@ -58,12 +58,16 @@ class RealtimeClient:
         self.redis = client
         self.settings = settings or RealtimeSettings()
         self._hold_tenant_slot = client.register_script(HOLD_TENANT_SLOT)
-        self._url: str | None = None
+        self._url: str | RedisTarget | None = None
         self._socket_timeout_s = 3.0
 
     @classmethod
     def from_url(
-        cls, url: str, settings: RealtimeSettings | None = None, *, socket_timeout_s: float = 3.0
+        cls,
+        url: str | RedisTarget,
+        settings: RealtimeSettings | None = None,
+        *,
+        socket_timeout_s: float = 3.0,
     ) -> RealtimeClient:
         """A client on its own pool. The socket timeout bounds how long a front waits on a
         Redis that stopped answering (its blocking reads wait far less: ``block_ms``)."""

@@ -45,7 +45,7 @@ from voicelane.core.lane.messages import (
     StreamRequest,
     stream_entries,
 )
-from voicelane.core.redis_clients import sync_client
+from voicelane.core.redis_clients import RedisTarget, sync_client
 from voicelane.core.rules import EngineCapabilities
 from voicelane.core.settings import RealtimeSettings
 
@@ -244,7 +244,7 @@ class RealtimeWorkerClient:
     @classmethod
     def from_url(
         cls,
-        url: str,
+        url: str | RedisTarget,
         consumer: str,
         settings: RealtimeSettings | None = None,
         *,

@@ -43,7 +43,7 @@ from voicelane.core.ledger.records import (
 )
 from voicelane.core.ledger.retention import Retention
 from voicelane.core.ledger.voices import Voices
-from voicelane.core.redis_clients import sync_client
+from voicelane.core.redis_clients import RedisTarget, sync_client
 
 __all__ = [
     "BookInfo",
@@ -77,7 +77,7 @@ class Ledger:
         self.voices = Voices(client)
 
     @classmethod
-    def from_url(cls, url: str, *, socket_timeout_s: float = 10.0) -> Ledger:
+    def from_url(cls, url: str | RedisTarget, *, socket_timeout_s: float = 10.0) -> Ledger:
         """A ledger on its own connection pool. A front passes a short ``socket_timeout_s``:
         a paused Redis then fails its requests fast (503) instead of holding them."""
         return cls(sync_client(url, socket_timeout_s=socket_timeout_s))

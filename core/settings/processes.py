@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import ConfigError
 from voicelane.core.engines import CPU_ENGINES, parse_engines
+from voicelane.core.redis_clients import RedisTarget, parse_sentinels
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings.environment import Root
 from voicelane.core.settings.sections import (
@@ -88,10 +89,42 @@ class RedisSettings(Root):
     """``voicelane redis``: a Redis of our own; the base of every service's settings."""
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    """The one Redis; with ``redis_sentinels`` only its password and database are read."""
+    redis_sentinels: str = ""
+    """``host:port,host:port,...``: Redis through Sentinel (high availability): every client
+    asks these for the primary named ``redis_master_name``; ``voicelane up`` starts no Redis
+    of its own. Empty: the one Redis of ``redis_url`` (docs/operations.md, "Redis high
+    availability")."""
+    redis_master_name: str = Field("voicelane", min_length=1)
+    redis_replica_acks: int = Field(1, ge=0)
+    """With sentinels: replicas every write waits for (``WAIT``) before it is acknowledged;
+    a write none acknowledged in time is a 503 (it may sit on a stale primary that a failover
+    will wipe). 0: off — acknowledged writes can be lost in a failover."""
+    redis_replica_ack_timeout_ms: int = Field(1000, ge=1)
+    """How long a write waits for its replica acknowledgements."""
     redis_maxmemory_bytes: int = Field(1024**3, ge=16 * 1024**2)
     """The memory budget of a Redis that voicelane starts itself (``voicelane up``,
     ``voicelane redis``); past it Redis refuses writes (``noeviction``) and new work gets
     503 / RESOURCE_EXHAUSTED. The budget is sized in docs/operations.md."""
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinels_parse(cls, value: str) -> str:
+        try:
+            parse_sentinels(value)
+        except ConfigError as error:
+            raise ValueError(error.message) from None
+        return value
+
+    def redis_target(self) -> RedisTarget:
+        """Where this process's clients find Redis (:mod:`voicelane.core.redis_clients`)."""
+        return RedisTarget(
+            url=self.redis_url,
+            sentinels=parse_sentinels(self.redis_sentinels),
+            master_name=self.redis_master_name,
+            replica_acks=self.redis_replica_acks,
+            replica_ack_timeout_ms=self.redis_replica_ack_timeout_ms,
+        )
 
 
 class ServiceSettings(RedisSettings):
