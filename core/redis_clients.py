@@ -115,7 +115,7 @@ def _wait_args(client: Any) -> tuple[int, int]:
     return client.voicelane_replica_acks, client.voicelane_ack_timeout_ms
 
 
-def _is_write(args: tuple[Any, ...]) -> bool:
+def is_write(args: tuple[Any, ...]) -> bool:
     name = args[0]
     name = name.decode() if isinstance(name, bytes) else str(name)
     return name.split(" ")[0].upper() not in READ_COMMANDS
@@ -146,7 +146,7 @@ class AckedRedis(redis.Redis):
         self, conn: Any, command_name: Any, *args: Any, **options: Any
     ) -> Any:
         result = super()._send_command_parse_response(conn, command_name, *args, **options)  # type: ignore[no-untyped-call]
-        if _is_write(args):
+        if is_write(args):
             acks, timeout_ms = _wait_args(self)
             conn.send_command("WAIT", acks, timeout_ms)
             try:
@@ -169,7 +169,7 @@ class AckedPipeline(redis_client.Pipeline):
     voicelane_ack_timeout_ms = 1000
 
     def _acked(self, connection: Any, commands: Any) -> None:
-        if any(_is_write(args) for args, _ in commands):
+        if any(is_write(args) for args, _ in commands):
             acks, timeout_ms = _wait_args(self)
             connection.send_command("WAIT", acks, timeout_ms)
             try:
@@ -199,7 +199,7 @@ class AsyncAckedRedis(aredis.Redis):
         self, conn: Any, command_name: Any, *args: Any, **options: Any
     ) -> Any:
         result = await super()._send_command_parse_response(conn, command_name, *args, **options)  # type: ignore[no-untyped-call]
-        if _is_write(args):
+        if is_write(args):
             acks, timeout_ms = _wait_args(self)
             await conn.send_command("WAIT", acks, timeout_ms)
             try:
@@ -232,7 +232,7 @@ class AsyncAckedPipeline(aredis_client.Pipeline):
     voicelane_ack_timeout_ms = 1000
 
     async def _acked(self, connection: Any, commands: Any) -> None:
-        if any(_is_write(args) for args, _ in commands):
+        if any(is_write(args) for args, _ in commands):
             acks, timeout_ms = _wait_args(self)
             await connection.send_command("WAIT", acks, timeout_ms)
             try:

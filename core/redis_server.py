@@ -49,6 +49,7 @@ class RedisServer:
         password: str | None = None,
         executable: str = "redis-server",
         maxmemory_bytes: int | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
@@ -58,6 +59,8 @@ class RedisServer:
         self.maxmemory_bytes = maxmemory_bytes
         """Redis's memory budget: past it, writes are refused (``noeviction``): new work is
         turned away with a clear error, job state is never evicted."""
+        self.extra_args = extra_args
+        """More ``redis-server`` arguments (a replica's ``--replicaof HOST PORT``)."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -88,7 +91,7 @@ class RedisServer:
             args += ["--requirepass", self.password]
         if self.maxmemory_bytes is not None:
             args += ["--maxmemory", str(self.maxmemory_bytes)]
-        return args
+        return args + list(self.extra_args)
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -117,6 +120,13 @@ class RedisServer:
         try:
             process.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL: no AOF flush, no goodbye to replicas — a crashed machine."""
+        process = self._process
+        if process is not None and process.poll() is None:
             process.kill()
             process.wait()
 
