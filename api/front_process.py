@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from voicelane.core.lane.front import RealtimeClient
-from voicelane.core.redis_clients import RedisTarget
+from voicelane.core.redis_target import RedisTarget
 from voicelane.core.settings import RealtimeSettings
 
 Front = TypeVar("Front")

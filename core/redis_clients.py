@@ -26,7 +26,6 @@ high availability").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -40,10 +39,9 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from voicelane.common.errors import ConfigError
+from voicelane.core.redis_target import RedisTarget, target_of
 
 CONNECT_TIMEOUT_S = 5.0
-DEFAULT_MASTER_NAME = "voicelane"
 
 _READ_COMMANDS = """
     AUTH BITCOUNT BITPOS CLIENT COMMAND CONFIG DBSIZE DUMP ECHO EVALSHA_RO EVAL_RO EXISTS
@@ -64,51 +62,6 @@ command (``EVALSHA`` included: the ledger's and lanes' scripts write) waits for 
 class UnreplicatedWriteError(redis.TimeoutError):
     """A write no replica acknowledged in time: it may be on a primary that is about to be
     demoted (and lose it). Not acknowledged to anyone; the caller answers 503 / retries."""
-
-
-@dataclass(frozen=True)
-class RedisTarget:
-    """Where voicelane's Redis is: one server (``url``), or the primary that ``sentinels``
-    name ``master_name`` (``url`` then gives only the password and database)."""
-
-    url: str
-    sentinels: tuple[tuple[str, int], ...] = ()
-    master_name: str = DEFAULT_MASTER_NAME
-    replica_acks: int = 1
-    """With sentinels: replicas each write waits for (``WAIT``); 0: none (the stale primary
-    can lose acknowledged writes; the chaos test's "fix off")."""
-    replica_ack_timeout_ms: int = 1000
-
-    @property
-    def ha(self) -> bool:
-        return bool(self.sentinels)
-
-    @property
-    def password(self) -> str | None:
-        return urlparse(self.url).password
-
-    @property
-    def db(self) -> int:
-        path = urlparse(self.url).path.strip("/")
-        return int(path) if path.isdigit() else 0
-
-
-def parse_sentinels(text: str, *, field: str = "redis_sentinels") -> tuple[tuple[str, int], ...]:
-    """``host:port,host:port`` → addresses; a clear error on anything else."""
-    addresses: list[tuple[str, int]] = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"{field}: {item!r} is not host:port")
-        addresses.append((host.strip("[]"), int(port)))
-    return tuple(addresses)
-
-
-def target_of(target: str | RedisTarget) -> RedisTarget:
-    return target if isinstance(target, RedisTarget) else RedisTarget(url=target)
 
 
 def _wait_args(client: Any) -> tuple[int, int]:

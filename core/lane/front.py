@@ -41,7 +41,8 @@ from voicelane.core.lane.messages import (
     StreamRequest,
     now_ms,
 )
-from voicelane.core.redis_clients import RedisTarget, async_client
+from voicelane.core.redis_clients import async_client
+from voicelane.core.redis_target import RedisTarget
 from voicelane.core.rules import EngineCapabilities
 from voicelane.core.settings import RealtimeSettings
 

@@ -45,7 +45,8 @@ from voicelane.core.lane.messages import (
     StreamRequest,
     stream_entries,
 )
-from voicelane.core.redis_clients import RedisTarget, sync_client
+from voicelane.core.redis_clients import sync_client
+from voicelane.core.redis_target import RedisTarget
 from voicelane.core.rules import EngineCapabilities
 from voicelane.core.settings import RealtimeSettings
 

@@ -43,7 +43,8 @@ from voicelane.core.ledger.records import (
 )
 from voicelane.core.ledger.retention import Retention
 from voicelane.core.ledger.voices import Voices
-from voicelane.core.redis_clients import RedisTarget, sync_client
+from voicelane.core.redis_clients import sync_client
+from voicelane.core.redis_target import RedisTarget
 
 __all__ = [
     "BookInfo",

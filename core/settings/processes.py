@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from voicelane.common.defaults import DEFAULT_SAMPLE_RATE_HZ
 from voicelane.common.errors import ConfigError
 from voicelane.core.engines import CPU_ENGINES, parse_engines
-from voicelane.core.redis_clients import RedisTarget, parse_sentinels
+from voicelane.core.redis_target import RedisTarget, parse_sentinels
 from voicelane.core.rules import DEFAULT_VOICE
 from voicelane.core.settings.environment import Root
 from voicelane.core.settings.sections import (

@@ -16,6 +16,7 @@ a stack (GPU worker, CPU worker, REST API, gRPC front) pointed at the sentinels.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections import Counter
@@ -259,7 +260,7 @@ def test_a_failover_mid_job_and_mid_stream_loses_nothing_acknowledged(
 
         # Every job answered 202 ends done, each chunk committed exactly once.
         for job_id in accepted:
-            state = wait_for(lambda j=job_id: job_state(client, j), 120, f"job {job_id}")
+            state = wait_for(functools.partial(job_state, client, job_id), 120, f"job {job_id}")
             assert state == "done", (job_id, state, stack.logs())
             job = ha.ledger.jobs.get(job_id)
             assert job is not None

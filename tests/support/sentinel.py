@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from voicelane.core.redis_clients import RedisTarget
 from voicelane.core.redis_server import RedisServer, free_port, redis_answers
+from voicelane.core.redis_target import RedisTarget
 
 T = TypeVar("T")
 MASTER_NAME = "voicelane"
@@ -50,7 +50,7 @@ def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str) -
 def _ask(port: int, *args: Any) -> Any:
     client = redis.Redis(HOST, port, socket_timeout=1.0, socket_connect_timeout=1.0)
     try:
-        return client.execute_command(*args)
+        return client.execute_command(*args)  # type: ignore[no-untyped-call]
     finally:
         client.close()
 

@@ -10,15 +10,14 @@ from voicelane.common.errors import ConfigError
 from voicelane.core.redis_clients import (
     AckedRedis,
     AsyncAckedRedis,
-    RedisTarget,
     UnreplicatedWriteError,
     async_client,
     celery_broker,
     describe,
     is_write,
-    parse_sentinels,
     sync_client,
 )
+from voicelane.core.redis_target import RedisTarget, parse_sentinels
 from voicelane.core.settings import RedisSettings, WorkerSettings
 
 SENTINELS = (("10.0.0.1", 26379), ("10.0.0.2", 26380))
