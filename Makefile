@@ -81,13 +81,18 @@ lint: install install-chattts
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Validate docker-compose.yml offline (no Docker engine needed), with placeholder secrets.
+# Validate docker-compose.yml and its HA variant (docker-compose.ha.yml: Redis through Sentinel)
+# offline (no Docker engine needed), with placeholder secrets.
 compose-check:
 	@command -v docker-compose >/dev/null || { sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq docker-compose >/dev/null; }
 	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
 	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
 		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
+	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
+	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
+		docker-compose -f docker-compose.yml -f docker-compose.ha.yml config -q \
+		&& echo "docker-compose.ha.yml (Redis through Sentinel) is valid"
 
 # Regenerate voicelane.common.wire (client/voicelane/common/wire) from proto/ (the generated code is committed).
 proto: install
