@@ -1,7 +1,8 @@
 """``voicelane up``: the whole stack on this machine, one command; Ctrl-C stops it all.
 
-Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``), the render workers of
-each engine served (``--engines`` / ``VOICELANE_ENGINES``; engine + batcher + its render queue +
+Starts Redis (unless one already answers at ``VOICELANE_REDIS_URL``, or
+``VOICELANE_REDIS_SENTINELS`` name the operator's own primary), the render workers of each engine
+served (``--engines`` / ``VOICELANE_ENGINES``; engine + batcher + its render queue +
 real-time consumer each: one per CPU core for a CPU engine such as espeak — the cores divided
 between the CPU engines served — one for a GPU engine; ``VOICELANE_RENDER_WORKERS``
 overrides), a CPU worker (``control,assemble`` + reconciler), a callback worker

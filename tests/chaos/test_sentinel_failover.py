@@ -90,6 +90,7 @@ def stale_primary_run(cluster: SentinelCluster, *, replica_acks: int) -> dict[st
                 time.sleep(0.01)  # a connection refused: do not spin
                 continue
             acked.append(n)
+            time.sleep(0.002)  # a steady writer, not a spinning one (2 cores shared)
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
@@ -149,6 +150,7 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HaStack]:
         stack.cpu_worker()
         stack.api()
         stack.grpc()
+        stack.flower()  # Flower reads the broker through the sentinels too
         wait_for(lambda: workers_reporting(cluster), 60, "a real-time worker")
         ha = HaStack(cluster, stack)
         yield ha
