@@ -177,10 +177,10 @@ class SentinelCluster:
     def _wait_link(self, replica: int) -> None:
         def linked() -> bool:
             try:
-                info = _ask(replica, "INFO", "replication").decode()
+                info = _ask(replica, "INFO", "replication")
             except redis.RedisError:
                 return False
-            return "role:slave" in info and "master_link_status:up" in info
+            return bool(info.get("role") == "slave" and info.get("master_link_status") == "up")
 
         wait_until(linked, 30, f"replica :{replica} to sync")
 
@@ -262,8 +262,15 @@ class SentinelCluster:
         wait_until(lambda: self.role(port) == "slave", timeout_s, f":{port} to be demoted")
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _pairs(reply: Any) -> dict[str, str]:
-    items = [v.decode() if isinstance(v, bytes) else str(v) for v in reply]
+    """A sentinel's ``MASTER`` / ``REPLICAS`` entry (a map, or a flat list of pairs)."""
+    if isinstance(reply, dict):
+        return {_text(k): _text(v) for k, v in reply.items()}
+    items = [_text(v) for v in reply]
     return dict(zip(items[::2], items[1::2], strict=True))
 
 
