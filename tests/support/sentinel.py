@@ -56,19 +56,21 @@ def _ask(port: int, *args: Any) -> Any:
 
 
 class SentinelCluster:
-    """Two ``redis-server`` (primary, replica) and three sentinels (quorum 2)."""
+    """``redis-server`` primary + ``replicas`` replicas, and three sentinels (quorum 2)."""
 
     def __init__(
         self,
         directory: Path,
         *,
+        replicas: int = 1,
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 3000,
     ) -> None:
         self.directory = directory
+        self.replicas = replicas
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
-        self.ports = [free_port(), free_port()]
+        self.ports = [free_port() for _ in range(1 + replicas)]
         self.servers: dict[int, RedisServer] = {}
         self.sentinel_ports = [free_port() for _ in range(3)]
         self._sentinels: list[subprocess.Popen[bytes]] = []
@@ -109,10 +111,11 @@ class SentinelCluster:
         return server.start()
 
     def start(self) -> SentinelCluster:
-        primary, replica = self.ports
+        primary, *replicas = self.ports
         self._server(primary)
-        self._server(replica, replica_of=primary)
-        self._wait_link(replica)
+        for replica in replicas:
+            self._server(replica, replica_of=primary)
+            self._wait_link(replica)
         for port in self.sentinel_ports:
             self._start_sentinel(port, primary)
         self.wait_replicated()
@@ -170,9 +173,9 @@ class SentinelCluster:
         return wait_until(self.agreed_primary, 30, "the sentinels to agree")[1]
 
     @property
-    def replica_port(self) -> int:
+    def replica_ports(self) -> list[int]:
         primary = self.primary_port
-        return next(port for port in self.ports if port != primary)
+        return [port for port in self.ports if port != primary]
 
     def _wait_link(self, replica: int) -> None:
         def linked() -> bool:
@@ -204,13 +207,14 @@ class SentinelCluster:
                 and r.get("master-link-status") == "ok"
                 and int(r.get("info-refresh", 10**9)) < 10_000
             ]
-            if not healthy:
+            if len(healthy) < self.replicas:
                 return False
         return True
 
     def wait_replicated(self, timeout_s: float = 60.0) -> None:
-        """Until the replica follows the agreed primary and the sentinels see it healthy."""
-        self._wait_link(self.replica_port)
+        """Until the replicas follow the agreed primary and the sentinels see them healthy."""
+        for replica in self.replica_ports:
+            self._wait_link(replica)
         wait_until(self._sentinels_ready, timeout_s, "the sentinels to see a healthy replica")
 
     def role(self, port: int) -> str | None:
