@@ -97,9 +97,10 @@ class RedisSettings(Root):
     availability")."""
     redis_master_name: str = Field("voicelane", min_length=1)
     redis_replica_acks: int = Field(1, ge=0)
-    """With sentinels: replicas every write waits for (``WAIT``) before it is acknowledged;
-    a write none acknowledged in time is a 503 (it may sit on a stale primary that a failover
-    will wipe). 0: off — acknowledged writes can be lost in a failover."""
+    """With sentinels: replicas every write waits for (``WAIT``) before it is acknowledged —
+    set it to the number of replicas; a write not acknowledged in time is a 503 (it may sit on
+    a stale primary that a failover will wipe). 0: off — acknowledged writes can be lost in a
+    failover (docs/operations.md, "Redis high availability")."""
     redis_replica_ack_timeout_ms: int = Field(1000, ge=1)
     """How long a write waits for its replica acknowledgements."""
     redis_maxmemory_bytes: int = Field(1024**3, ge=16 * 1024**2)

@@ -264,6 +264,10 @@ def test_a_failover_mid_job_and_mid_stream_loses_nothing_acknowledged(
             stop.set()
             feeder.join(30)
 
+        print(
+            f"\n{kind} {round_}: streams {sorted((o, round(t, 1)) for o, t in results)}, "
+            f"jobs answered 202: {len(accepted)}"
+        )
         for outcome, seconds in results:
             ha.outcomes[outcome] += 1
             ha.bounds_s.append(seconds)
