@@ -49,8 +49,8 @@ class S3Endpoint:
     kind: ServerKind = "seaweedfs"
 
     @property
-    def verifies_signatures(self) -> bool:
-        """Whether the store refuses a bad signature (moto accepts anything)."""
+    def verifies_requests(self) -> bool:
+        """Whether the store refuses a bad signature or ``Content-MD5`` (moto accepts both)."""
         return self.kind != "moto"
 
 

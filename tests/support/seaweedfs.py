@@ -193,9 +193,7 @@ class SeaweedServer:
                     pass
                 process = self._process
                 if process is not None and process.poll() is not None:
-                    raise SeaweedError(
-                        f"weed exited with {process.returncode}; {self._log_tail()}"
-                    )
+                    raise SeaweedError(f"weed exited with {process.returncode}; {self._log_tail()}")
                 if time.monotonic() > deadline:
                     raise SeaweedError(
                         f"weed did not answer within {timeout_s} s; {self._log_tail()}"
@@ -233,4 +231,3 @@ class SeaweedServer:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
-
