@@ -41,10 +41,10 @@ def s3_storage(s3_endpoint: S3Endpoint) -> Iterator[S3Storage]:
     storage = S3Storage(s3_settings(s3_endpoint, f"test-{uuid.uuid4().hex[:20]}"))
     storage.prepare()
     yield storage
-    _empty_and_remove(storage)
+    empty_and_remove(storage)
 
 
-def _empty_and_remove(storage: S3Storage) -> None:
+def empty_and_remove(storage: S3Storage) -> None:
     """Teardown: abort uploads, delete objects and the bucket (one server serves the session)."""
     client = storage.client
     for upload in client.list_multipart_uploads(Bucket=storage.bucket).get("Uploads", []):

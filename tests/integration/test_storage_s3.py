@@ -13,7 +13,8 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
@@ -23,8 +24,8 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tests.integration.conftest import s3_settings
-from tests.support.s3_server import S3Endpoint
+from tests.integration.conftest import empty_and_remove, s3_settings
+from tests.support.s3_server import S3Endpoint, running_moto_server
 from voicelane.common.errors import (
     InvalidInputError,
     InvalidKeyError,
@@ -622,41 +623,105 @@ def test_ping_fails_when_the_bucket_is_missing(s3_endpoint: S3Endpoint) -> None:
         storage.ping()
 
 
-def test_ensure_bucket_creates_bucket_and_abort_rule(s3_endpoint: S3Endpoint) -> None:
-    storage = S3Storage(s3_settings(s3_endpoint, "fresh-bucket-for-setup"))
-    storage.ensure_bucket()
-    storage.ensure_bucket()  # idempotent
+def test_ensure_bucket_creates_the_bucket(
+    s3_endpoint: S3Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = S3Storage(s3_settings(s3_endpoint, f"fresh-{uuid.uuid4().hex[:16]}"))
+    with pytest.raises(StorageUnavailableError, match="does not exist"):
+        storage.ping()
 
-    rules = storage.client.get_bucket_lifecycle_configuration(Bucket=storage.bucket)["Rules"]
-    # moto stores the rule but never runs it.
-    assert [rule.get("ID") for rule in rules] == [ABORT_RULE_ID]
-    assert rules[0].get("AbortIncompleteMultipartUpload") == {"DaysAfterInitiation": 1}
+    with caplog.at_level(logging.WARNING, logger="voicelane.core.storage"):
+        storage.ensure_bucket()
+        storage.ensure_bucket()  # idempotent
+
     storage.ping()
-    storage.client.delete_bucket_lifecycle(Bucket=storage.bucket)
-    storage.client.delete_bucket(Bucket=storage.bucket)
+    storage.put_bytes("acme/job1/a", b"x")
+    assert storage.list_keys("") == ["acme/job1/a"]
+    if s3_endpoint.kind == "seaweedfs":
+        # SeaweedFS answers 200 to the abort rule and keeps none: said, not hidden.
+        assert "accepted the rule but did not keep it" in caplog.text
+        assert _lifecycle_rules(storage) == []
+    empty_and_remove(storage)
 
 
-def test_ensure_bucket_keeps_existing_rules(s3_storage: S3Storage) -> None:
-    client, bucket = s3_storage.client, s3_storage.bucket
-    client.put_bucket_lifecycle_configuration(
-        Bucket=bucket,
+def _lifecycle_rules(storage: S3Storage) -> list[dict[str, Any]]:
+    try:
+        answer = storage.client.get_bucket_lifecycle_configuration(Bucket=storage.bucket)
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "NoSuchLifecycleConfiguration"
+        return []
+    return [dict(rule) for rule in answer["Rules"]]
+
+
+def _put_expiry_rule(storage: S3Storage, prefix: str, days: int) -> None:
+    storage.client.put_bucket_lifecycle_configuration(
+        Bucket=storage.bucket,
         LifecycleConfiguration={
             "Rules": [
                 {
                     "ID": "expire-tmp",
                     "Status": "Enabled",
-                    "Filter": {"Prefix": "tmp/"},
-                    "Expiration": {"Days": 30},
+                    "Filter": {"Prefix": prefix},
+                    "Expiration": {"Days": days},
                 }
             ]
         },
     )
-    s3_storage.ensure_bucket()
 
-    rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    by_id = {rule.get("ID"): rule for rule in rules}
+
+def test_seaweedfs_keeps_expiry_rules_and_drops_the_abort_rule(
+    s3_storage: S3Storage, s3_endpoint: S3Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What SeaweedFS does with lifecycle rules (docs/storage.md): an ``Expiration`` in days
+    on a prefix becomes a TTL of that folder (kept, returned with the prefix as its ID); an
+    ``AbortIncompleteMultipartUpload`` rule is answered 200 and dropped."""
+    if s3_endpoint.kind != "seaweedfs":
+        pytest.skip("what SeaweedFS does with lifecycle rules")
+    _put_expiry_rule(s3_storage, "tmp/", 30)
+
+    with caplog.at_level(logging.WARNING, logger="voicelane.core.storage"):
+        s3_storage.ensure_bucket()
+
+    rules = _lifecycle_rules(s3_storage)
+    assert [rule.get("Expiration") for rule in rules] == [{"Days": 30}]
+    assert not any("AbortIncompleteMultipartUpload" in rule for rule in rules)
+    assert "accepted the rule but did not keep it" in caplog.text
+
+
+# Where a store keeps the abort rule (AWS, MinIO), ensure_bucket must add it once and keep the
+# bucket's other rules. SeaweedFS keeps no such rule, so these two run against moto, which
+# stores rules as given (and never runs them).
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[S3Endpoint]:
+    with running_moto_server() as endpoint:
+        yield endpoint
+
+
+def test_ensure_bucket_adds_the_abort_rule_once(moto_endpoint: S3Endpoint) -> None:
+    storage = S3Storage(s3_settings(moto_endpoint, f"fresh-{uuid.uuid4().hex[:16]}"))
+    storage.ensure_bucket()
+    storage.ensure_bucket()  # idempotent
+
+    rules = _lifecycle_rules(storage)
+    assert [rule.get("ID") for rule in rules] == [ABORT_RULE_ID]
+    assert rules[0].get("AbortIncompleteMultipartUpload") == {"DaysAfterInitiation": 1}
+    storage.ping()
+    empty_and_remove(storage)
+
+
+def test_ensure_bucket_keeps_existing_rules(moto_endpoint: S3Endpoint) -> None:
+    storage = S3Storage(s3_settings(moto_endpoint, f"rules-{uuid.uuid4().hex[:16]}"))
+    storage.client.create_bucket(Bucket=storage.bucket)
+    _put_expiry_rule(storage, "tmp/", 30)
+
+    storage.ensure_bucket()
+
+    by_id = {rule.get("ID"): rule for rule in _lifecycle_rules(storage)}
     assert sorted(str(rule_id) for rule_id in by_id) == sorted([ABORT_RULE_ID, "expire-tmp"])
     assert by_id["expire-tmp"].get("Expiration") == {"Days": 30}
+    empty_and_remove(storage)
 
 
 @pytest.mark.parametrize("operation", ["get", "put"])
