@@ -292,7 +292,7 @@ class S3Storage(Storage):
                 return
         kept = self._lifecycle_rules()
         if kept is not None and not any(_aborts_everything(rule) for rule in kept):
-            # SeaweedFS answers 200 and keeps only Expiration rules (docs/storage.md).
+            # Older SeaweedFS releases answer 200 and keep only Expiration rules.
             self._log_no_lifecycle("the store accepted the rule but did not keep it")
 
     def _log_no_lifecycle(self, reason: str) -> None:

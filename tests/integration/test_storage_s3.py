@@ -1,8 +1,8 @@
-"""voicelane.core.storage.S3Storage against a real S3-protocol HTTP server (moto's, see
-tests/support).
-
-What moto does not check is said where it matters: presigned URL expiry and signatures,
-Content-MD5, and lifecycle rules are accepted but never enforced by it.
+"""voicelane.core.storage.S3Storage against a real S3 server: SeaweedFS, started by the tests
+(tests/support/s3_server.py), which checks signatures on requests and presigned links, link
+expiry and Content-MD5, and keeps lifecycle rules as written. What only the code under test can
+be made to do (a store error on demand, a connection cut mid-upload) is injected by wrapping
+methods of the boto3 client.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
@@ -25,7 +25,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.integration.conftest import empty_and_remove, s3_settings
-from tests.support.s3_server import S3Endpoint, running_moto_server
+from tests.support.s3_server import S3Endpoint
 from voicelane.common.errors import (
     InvalidInputError,
     InvalidKeyError,
@@ -47,7 +47,7 @@ from voicelane.core.storage import s3 as s3_module
 
 pytestmark = pytest.mark.integration
 
-PART_SIZE_BYTES = 5 * MIB  # moto enforces S3's 5 MiB minimum for all parts but the last
+PART_SIZE_BYTES = 5 * MIB  # SeaweedFS enforces S3's 5 MiB minimum (EntityTooSmall) but the last
 LARGE_SIZE_BYTES = 12 * MIB  # three parts: 5 + 5 + 2 MiB
 
 
@@ -82,11 +82,6 @@ def _count_calls(
 
     monkeypatch.setattr(storage.client, method, spy)
     return calls
-
-
-def _require_verification(endpoint: S3Endpoint) -> None:
-    if not endpoint.verifies_requests:
-        pytest.skip(f"{endpoint.kind} verifies no signature or Content-MD5")
 
 
 def _raw_exists(storage: S3Storage, key: str) -> bool:
@@ -272,9 +267,8 @@ def _damage_content_md5(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_body_damaged_in_transit_is_refused_by_the_store(
-    s3_storage: S3Storage, s3_endpoint: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+    s3_storage: S3Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _require_verification(s3_endpoint)
     _damage_content_md5(monkeypatch)
 
     with pytest.raises(StorageError, match="BadDigest"):
@@ -284,12 +278,8 @@ def test_a_body_damaged_in_transit_is_refused_by_the_store(
 
 
 def test_a_part_damaged_in_transit_fails_the_upload_and_leaves_nothing(
-    s3_storage: S3Storage,
-    s3_endpoint: S3Endpoint,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    s3_storage: S3Storage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _require_verification(s3_endpoint)
     _write_file(tmp_path / "book.ogg", LARGE_SIZE_BYTES)
     parts = _count_calls(monkeypatch, s3_storage, "upload_part")
     _damage_content_md5(monkeypatch)
@@ -467,7 +457,7 @@ def test_presigned_link_without_filename(s3_storage: S3Storage) -> None:
     assert "content-disposition" not in response.headers
 
 
-# What a link's holder may try, and the store (not moto: it accepts anything) must refuse.
+# What a link's holder may try, and the store itself must refuse (moto, used before, accepted all).
 SECRET_BYTES = b"OggS acme's private audio"
 OTHER_BYTES = b"OggS another job's audio"
 OTHER_TENANT_BYTES = b"OggS another tenant's audio"
@@ -549,7 +539,6 @@ def _unsigned(storage: S3Storage, endpoint: S3Endpoint) -> str:
 def test_a_forged_link_is_refused_by_the_store(
     s3_storage: S3Storage, s3_endpoint: S3Endpoint, forge: Callable[[S3Storage, S3Endpoint], str]
 ) -> None:
-    _require_verification(s3_endpoint)
     s3_storage.put_bytes("acme/job1/final.ogg", SECRET_BYTES, content_type="audio/ogg")
     s3_storage.put_bytes("acme/job2/final.ogg", OTHER_BYTES, content_type="audio/ogg")
     s3_storage.put_bytes("other/job9/final.ogg", OTHER_TENANT_BYTES, content_type="audio/ogg")
@@ -623,7 +612,7 @@ def test_ping_fails_when_the_bucket_is_missing(s3_endpoint: S3Endpoint) -> None:
         storage.ping()
 
 
-def test_ensure_bucket_creates_the_bucket(
+def test_ensure_bucket_creates_bucket_and_abort_rule(
     s3_endpoint: S3Endpoint, caplog: pytest.LogCaptureFixture
 ) -> None:
     storage = S3Storage(s3_settings(s3_endpoint, f"fresh-{uuid.uuid4().hex[:16]}"))
@@ -634,13 +623,13 @@ def test_ensure_bucket_creates_the_bucket(
         storage.ensure_bucket()
         storage.ensure_bucket()  # idempotent
 
+    rules = _lifecycle_rules(storage)  # read back from the store: kept as written
+    assert [rule.get("ID") for rule in rules] == [ABORT_RULE_ID]
+    assert rules[0].get("AbortIncompleteMultipartUpload") == {"DaysAfterInitiation": 1}
+    assert caplog.text == ""
     storage.ping()
     storage.put_bytes("acme/job1/a", b"x")
     assert storage.list_keys("") == ["acme/job1/a"]
-    if s3_endpoint.kind == "seaweedfs":
-        # SeaweedFS answers 200 to the abort rule and keeps none: said, not hidden.
-        assert "accepted the rule but did not keep it" in caplog.text
-        assert _lifecycle_rules(storage) == []
     empty_and_remove(storage)
 
 
@@ -653,75 +642,27 @@ def _lifecycle_rules(storage: S3Storage) -> list[dict[str, Any]]:
     return [dict(rule) for rule in answer["Rules"]]
 
 
-def _put_expiry_rule(storage: S3Storage, prefix: str, days: int) -> None:
-    storage.client.put_bucket_lifecycle_configuration(
-        Bucket=storage.bucket,
+def test_ensure_bucket_keeps_existing_rules(s3_storage: S3Storage) -> None:
+    client, bucket = s3_storage.client, s3_storage.bucket
+    client.put_bucket_lifecycle_configuration(
+        Bucket=bucket,
         LifecycleConfiguration={
             "Rules": [
                 {
                     "ID": "expire-tmp",
                     "Status": "Enabled",
-                    "Filter": {"Prefix": prefix},
-                    "Expiration": {"Days": days},
+                    "Filter": {"Prefix": "tmp/"},
+                    "Expiration": {"Days": 30},
                 }
             ]
         },
     )
+    s3_storage.ensure_bucket()
 
-
-def test_seaweedfs_keeps_expiry_rules_and_drops_the_abort_rule(
-    s3_storage: S3Storage, s3_endpoint: S3Endpoint, caplog: pytest.LogCaptureFixture
-) -> None:
-    """What SeaweedFS does with lifecycle rules (docs/storage.md): an ``Expiration`` in days
-    on a prefix becomes a TTL of that folder (kept, returned with the prefix as its ID); an
-    ``AbortIncompleteMultipartUpload`` rule is answered 200 and dropped."""
-    if s3_endpoint.kind != "seaweedfs":
-        pytest.skip("what SeaweedFS does with lifecycle rules")
-    _put_expiry_rule(s3_storage, "tmp/", 30)
-
-    with caplog.at_level(logging.WARNING, logger="voicelane.core.storage"):
-        s3_storage.ensure_bucket()
-
-    rules = _lifecycle_rules(s3_storage)
-    assert [rule.get("Expiration") for rule in rules] == [{"Days": 30}]
-    assert not any("AbortIncompleteMultipartUpload" in rule for rule in rules)
-    assert "accepted the rule but did not keep it" in caplog.text
-
-
-# Where a store keeps the abort rule (AWS, MinIO), ensure_bucket must add it once and keep the
-# bucket's other rules. SeaweedFS keeps no such rule, so these two run against moto, which
-# stores rules as given (and never runs them).
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[S3Endpoint]:
-    with running_moto_server() as endpoint:
-        yield endpoint
-
-
-def test_ensure_bucket_adds_the_abort_rule_once(moto_endpoint: S3Endpoint) -> None:
-    storage = S3Storage(s3_settings(moto_endpoint, f"fresh-{uuid.uuid4().hex[:16]}"))
-    storage.ensure_bucket()
-    storage.ensure_bucket()  # idempotent
-
-    rules = _lifecycle_rules(storage)
-    assert [rule.get("ID") for rule in rules] == [ABORT_RULE_ID]
-    assert rules[0].get("AbortIncompleteMultipartUpload") == {"DaysAfterInitiation": 1}
-    storage.ping()
-    empty_and_remove(storage)
-
-
-def test_ensure_bucket_keeps_existing_rules(moto_endpoint: S3Endpoint) -> None:
-    storage = S3Storage(s3_settings(moto_endpoint, f"rules-{uuid.uuid4().hex[:16]}"))
-    storage.client.create_bucket(Bucket=storage.bucket)
-    _put_expiry_rule(storage, "tmp/", 30)
-
-    storage.ensure_bucket()
-
-    by_id = {rule.get("ID"): rule for rule in _lifecycle_rules(storage)}
+    by_id = {rule.get("ID"): rule for rule in _lifecycle_rules(s3_storage)}
     assert sorted(str(rule_id) for rule_id in by_id) == sorted([ABORT_RULE_ID, "expire-tmp"])
     assert by_id["expire-tmp"].get("Expiration") == {"Days": 30}
-    empty_and_remove(storage)
+    assert by_id["expire-tmp"].get("Filter") == {"Prefix": "tmp/"}
 
 
 @pytest.mark.parametrize("operation", ["get", "put"])

@@ -6,13 +6,13 @@ signed ``X-Amz-Expires``, expiry, and ``Content-MD5``: the link tests check that
 moved, expired and wrongly signed links are refused by the store itself (docs/storage.md,
 "Tests").
 
-moto's server (:func:`running_moto_server`) is kept only for what SeaweedFS does not serve;
-docs/storage.md says where and why.
+It replaced moto's server, which checked none of that; nothing needed moto any more
+(docs/storage.md, "Tests").
 
 Set ``VOICELANE_TEST_S3_ENDPOINT_URL`` (with ``..._ACCESS_KEY_ID`` / ``..._SECRET_ACCESS_KEY``)
 to run the same tests against another store, MinIO for example.
 
-Without the ``weed`` binary (or moto) the caller skips, visibly, unless ``CI`` is set: then
+Without the ``weed`` binary the caller skips, visibly, unless ``CI`` is set: then
 it fails.
 """
 
@@ -35,7 +35,7 @@ DUMMY_SECRET_ACCESS_KEY = "voicelane-test-secret"
 REGION = "us-east-1"
 ENV_ENDPOINT = "VOICELANE_TEST_S3_ENDPOINT_URL"
 
-ServerKind = Literal["seaweedfs", "moto", "external"]
+ServerKind = Literal["seaweedfs", "external"]
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,6 @@ class S3Endpoint:
     secret_access_key: str = DUMMY_SECRET_ACCESS_KEY
     region: str = REGION
     kind: ServerKind = "seaweedfs"
-
-    @property
-    def verifies_requests(self) -> bool:
-        """Whether the store refuses a bad signature or ``Content-MD5`` (moto accepts both)."""
-        return self.kind != "moto"
 
 
 def _missing(message: str) -> NoReturn:
@@ -117,21 +112,3 @@ def _data_directory(data_dir: Path | None) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="voicelane-weed-") as directory:
         yield Path(directory)
-
-
-@contextmanager
-def running_moto_server() -> Iterator[S3Endpoint]:
-    """moto's S3 server in-process on 127.0.0.1 and a free port, for the few tests of what
-    SeaweedFS does not serve (docs/storage.md). It verifies no signature."""
-    with _dummy_aws_environment():
-        try:
-            from moto.server import ThreadedMotoServer
-        except ImportError:
-            _missing("moto[server] is not installed")
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        try:
-            host, port = server.get_host_and_port()
-            yield S3Endpoint(url=f"http://{host}:{port}", kind="moto")
-        finally:
-            server.stop()

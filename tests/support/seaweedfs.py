@@ -59,15 +59,33 @@ def find_weed() -> str | None:
     return shutil.which("weed")
 
 
+GRPC_OFFSET = 10_000
+"""SeaweedFS's default gRPC port is the HTTP port + this; ``weed mini``'s built-in maintenance
+worker dials the admin server there whatever ``-admin.port.grpc`` says."""
+
+
 def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (held open together, so none repeats)."""
+    """``count`` distinct free loopback ports, then a last pair ``(p, p + GRPC_OFFSET)``, all
+    held open together so none repeats."""
     with contextlib.ExitStack() as stack:
-        ports: list[int] = []
-        for _ in range(count):
+
+        def bind(port: int) -> int:
             sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-        return ports
+            sock.bind(("127.0.0.1", port))
+            bound: int = sock.getsockname()[1]
+            return bound
+
+        ports = [bind(0) for _ in range(count)]
+        for _ in range(100):
+            first = bind(0)
+            if first + GRPC_OFFSET > 65535:
+                continue
+            try:
+                ports += [first, bind(first + GRPC_OFFSET)]
+            except OSError:
+                continue
+            return ports
+        raise SeaweedError("no free pair of ports 10000 apart on 127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -85,7 +103,8 @@ class SeaweedPorts:
 
     @classmethod
     def free(cls) -> SeaweedPorts:
-        return cls(*_free_ports(len(_PORT_NAMES)))
+        """Every port free; the admin server's pair 10000 apart (see :data:`GRPC_OFFSET`)."""
+        return cls(*_free_ports(len(_PORT_NAMES) - 2))
 
 
 def s3_config(access_key_id: str, secret_access_key: str) -> dict[str, object]:
