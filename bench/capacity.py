@@ -97,6 +97,11 @@ UNLIMITED_TENANT = {
     "VOICELANE_TENANT_MAX_QUEUED_CHARS": "1000000000",
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SERVER_SLOTS = 80
+"""The server's default real-time slots per render worker: what one core keeps fed with espeak
+(docs/benchmarks.md, "Real-time lane at scale"); the sizing uses it, not the bench's --slots."""
+PROCESS_CORE_BUDGET = 0.7
+"""How busy a front or CPU worker is planned to run (of its one core): queueing stays short."""
 
 # ---- pure helpers: INFO, /proc, deltas, extrapolation -----------------------------------------
 
@@ -568,64 +573,70 @@ def print_redis_load(loads: Sequence[StreamLoad], jobs: JobLoad, idle: Delta) ->
 
 
 def print_ceiling(
-    loads: Sequence[StreamLoad],
-    jobs: JobLoad,
-    idle: Delta,
-    *,
-    workers: int,
-    slots: int,
-    headroom: float,
+    loads: Sequence[StreamLoad], jobs: JobLoad, idle: Delta, *, workers: int, headroom: float
 ) -> None:
     points = [
         (float(load.level), load.steady.redis_main_cpu_s / load.steady.wall_s) for load in loads
     ]
+    idle_core = idle.redis_main_cpu_s / idle.wall_s
     if len(points) >= 2:
         intercept, per_stream = linear_fit(points)
     else:
-        intercept = idle.redis_main_cpu_s / idle.wall_s
-        per_stream = (points[0][1] - intercept) / points[0][0]
+        intercept, per_stream = idle_core, (points[0][1] - idle_core) / points[0][0]
     marginal_jobs = jobs.window.minus_idle(idle)
     per_chunk_s = marginal_jobs.redis_main_cpu_s / jobs.chunks
     audio_per_chunk = jobs.audio_s / jobs.chunks
-    idle_core = idle.redis_main_cpu_s / idle.wall_s
     top = loads[-1]
     front_per_stream = top.steady.minus_idle(idle).cpu_s["front"] / top.steady.wall_s / top.level
+    streams_per_front = units_at(PROCESS_CORE_BUDGET, 0.0, front_per_stream)
     chunks_per_worker = jobs.chunks / jobs.window.wall_s / workers
+    assembly_per_chunk_s = marginal_jobs.cpu_s["cpu worker"] / jobs.chunks
+    chunks_per_cpu_worker = units_at(PROCESS_CORE_BUDGET, 0.0, assembly_per_chunk_s)
     print("### The Redis ceiling (extrapolated)\n")
     print(
-        f"Fit of Redis main-thread CPU (cores) against concurrent streams: "
-        f"{intercept:.4f} + {per_stream * 1000:.3f}e-3 x streams "
-        f"(points: {', '.join(f'{x:.0f}: {y:.3f}' for x, y in points)}); "
-        f"per chunk: {per_chunk_s * 1000:.2f} ms; idle stack: {idle_core:.4f} cores.\n"
-        f"Assumption: Redis CPU linear in the commands it runs (the per-stream and per-chunk "
-        f"mix as measured), one Redis main thread saturating at 1.0 core.\n"
+        f"Redis main-thread CPU (cores) against concurrent streams, least squares: "
+        f"{intercept:.4f} + {per_stream * 1000:.4f}e-3 x streams "
+        f"(measured: {', '.join(f'{x:.0f}: {y:.4f}' for x, y in points)}); "
+        f"per chunk: {per_chunk_s * 1000:.3f} ms (chunks/s ceiling from the idle stack's "
+        f"{idle_core:.4f} cores).\n"
+        "Assumption: Redis's CPU is linear in the commands it runs (each stream's and chunk's "
+        "mix as measured here) and its main thread saturates at 1.0 core.\n"
     )
     header(
         "Redis main thread at", "concurrent streams (no jobs)",
-        f"render workers at {slots} slots", "gRPC fronts (one core each)",
-        "chunks/s (no streams)", "book-hours per hour", "render workers for those chunks",
+        f"render workers at {SERVER_SLOTS} slots",
+        f"gRPC fronts at {PROCESS_CORE_BUDGET:.0%} of a core", "chunks/s (no streams)",
+        "book-hours per hour", "render workers (espeak) for those chunks",
+        f"CPU workers at {PROCESS_CORE_BUDGET:.0%} of a core",
     )  # fmt: skip
     for budget in (1.0, headroom):
         streams = units_at(budget, intercept, per_stream)
         chunks = units_at(budget, idle_core, per_chunk_s)
         print(
-            f"| {budget:.0%} of a core | {streams:,.0f} | {processes_for(streams, slots):,} "
-            f"| {processes_for(streams, units_at(1.0, 0.0, front_per_stream)):,} "
+            f"| {budget:.0%} of a core | {streams:,.0f} "
+            f"| {processes_for(streams, SERVER_SLOTS):,} "
+            f"| {processes_for(streams, streams_per_front):,} "
             f"| {chunks:,.1f} | {book_hours_per_hour(chunks, audio_per_chunk):,.0f} "
-            f"| {processes_for(chunks, chunks_per_worker):,} |"
+            f"| {processes_for(chunks, chunks_per_worker):,} "
+            f"| {processes_for(chunks, chunks_per_cpu_worker):,} |"
         )
     print(
-        f"\nfront: {front_per_stream * 1000:.2f} ms CPU per concurrent stream per second "
-        f"(at {top.level}) -> {units_at(1.0, 0.0, front_per_stream):,.0f} streams per front "
-        f"core; render worker (espeak, one core): {chunks_per_worker:.2f} chunks/s here, "
-        f"{slots} real-time slots."
+        f"\nper process: gRPC front {front_per_stream * 1000:.3f} ms CPU per concurrent stream "
+        f"per second (at {top.level}) -> {streams_per_front:,.0f} streams per front at "
+        f"{PROCESS_CORE_BUDGET:.0%} of a core; render worker (espeak, one core): "
+        f"{chunks_per_worker:.2f} chunks/s ({chunks_per_worker * audio_per_chunk:.0f} audio s "
+        f"per s) in this run, {SERVER_SLOTS} real-time slots (the server's default); CPU "
+        f"worker {assembly_per_chunk_s * 1000:.2f} ms per chunk -> "
+        f"{chunks_per_cpu_worker:,.0f} chunks/s at {PROCESS_CORE_BUDGET:.0%} of a core."
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2, help="render workers (espeak)")
-    parser.add_argument("--slots", type=int, default=128, help="real-time slots per worker")
+    parser.add_argument(
+        "--slots", type=int, default=128, help="real-time slots per worker (admits 200 on 2)"
+    )
     parser.add_argument("--levels", default="50,100,200")
     parser.add_argument("--duration-s", type=float, default=30.0)
     parser.add_argument("--idle-s", type=float, default=8.0)
