@@ -694,7 +694,7 @@ def main() -> None:
     print_streams(loads, idle)
     print_jobs(jobs, idle)
     print_redis_load(loads, jobs, idle)
-    print_ceiling(loads, jobs, idle, workers=args.workers, slots=args.slots, headroom=args.headroom)
+    print_ceiling(loads, jobs, idle, workers=args.workers, headroom=args.headroom)
 
 
 if __name__ == "__main__":
