@@ -668,7 +668,7 @@ def main() -> None:
             time.sleep(2)
             stages.append((f"+ {args.workers} render workers", meter.idle(args.idle_s)))
             meter.roots["cpu worker"] = [lane.cpu_worker().process.pid]
-            time.sleep(3)
+            time.sleep(6)  # its start-up (imports, Celery's connections) is not its idle cost
             stages.append(("+ CPU worker", meter.idle(args.idle_s)))
             meter.roots["front"] = [lane.grpc().process.pid]
             time.sleep(2)
