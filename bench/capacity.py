@@ -252,6 +252,13 @@ def delta(before: Snapshot, after: Snapshot, bench_reply_bytes: int | None = Non
     )
 
 
+def mean_concurrency(spans: Iterable[tuple[float, float]], start: float, end: float) -> float:
+    """How many of the ``spans`` (start, end) were open on average between ``start`` and
+    ``end``: their overlap with the window over its length."""
+    overlap = sum(max(0.0, min(b, end) - max(a, start)) for a, b in spans)
+    return overlap / (end - start)
+
+
 def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares line through ``points`` (x, y): (intercept, slope). Needs two distinct
     x values."""
@@ -338,10 +345,15 @@ class StreamLoad:
     audio_s: float
     failures: dict[str, int]
     ttfa_s: list[float]
+    concurrency: float
+    """Streams open on average in the steady window (measured: under contention fewer than
+    ``level`` clients have one open, as refused clients wait their retry hint)."""
 
 
-async def _stream(stub: SpeechAsyncStub) -> tuple[float, float]:
-    """One live stream read to its end: (time to first audio, audio seconds)."""
+async def _stream(stub: SpeechAsyncStub) -> tuple[float, float, float, float]:
+    """One live stream read to its end: (time to first audio, audio seconds, start and end on
+    the monotonic clock)."""
+    opened = time.monotonic()
     started = time.perf_counter()
     first: float | None = None
     end_ms = 0
@@ -353,18 +365,20 @@ async def _stream(stub: SpeechAsyncStub) -> tuple[float, float]:
             end_ms = max(end_ms, chunk.pts_ms + FRAME_MS * len(chunk.opus_packets))
     if first is None:
         raise RuntimeError("a stream ended without audio")
-    return first, end_ms / 1000
+    return first, end_ms / 1000, opened, time.monotonic()
 
 
 async def _streams(
     meter: Meter, target: str, level: int, duration_s: float
-) -> tuple[Snapshot, Snapshot, Snapshot, Snapshot, list[tuple[float, float]], dict[str, int]]:
+) -> tuple[
+    Snapshot, Snapshot, Snapshot, Snapshot, list[tuple[float, float, float, float]], dict[str, int]
+]:
     channels = [
         grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
         for _ in range(max(1, math.ceil(level / STREAMS_PER_CHANNEL)))
     ]
     stubs: list[SpeechAsyncStub] = [pb_grpc.SpeechStub(c) for c in channels]
-    results: list[tuple[float, float]] = []
+    results: list[tuple[float, float, float, float]] = []
     failures: dict[str, int] = {}
     try:
         for channel in channels:
@@ -404,9 +418,10 @@ def stream_load(meter: Meter, target: str, level: int, duration_s: float) -> Str
         delta(start, end, replies),
         delta(steady_start, steady_end),
         len(results),
-        sum(audio_s for _, audio_s in results),
+        sum(r[1] for r in results),
         failures,
-        [ttfa for ttfa, _ in results],
+        [r[0] for r in results],
+        mean_concurrency([(r[2], r[3]) for r in results], steady_start.wall_s, steady_end.wall_s),
     )
 
 
@@ -498,7 +513,8 @@ def print_idle(stages: Iterable[tuple[str, Delta]]) -> None:
 def print_streams(loads: Sequence[StreamLoad], idle: Delta) -> None:
     print("### Per live stream (gRPC Synthesize, one sentence, paced; marginal: idle taken off)\n")
     header(
-        "concurrent", "streams", "audio s", "failures", "TTFA p50", "TTFA p99",
+        "clients", "open streams (measured)", "streams", "audio s", "failures", "TTFA p50",
+        "TTFA p99",
         "Redis cmds/stream", "cmds per audio s", "net in KB/stream", "net out KB/stream",
         "in / out KB per audio s", "AOF KB/stream",
     )  # fmt: skip
@@ -507,7 +523,7 @@ def print_streams(loads: Sequence[StreamLoad], idle: Delta) -> None:
         n, a = load.streams, load.audio_s
         fails = " ".join(f"{k}:{v}" for k, v in sorted(load.failures.items())) or "0"
         print(
-            f"| {load.level} | {n} | {a:.0f} | {fails} "
+            f"| {load.level} | {load.concurrency:.0f} | {n} | {a:.0f} | {fails} "
             f"| {percentile(load.ttfa_s, 0.5) * 1000:.0f} ms "
             f"| {percentile(load.ttfa_s, 0.99) * 1000:.0f} ms "
             f"| {m.total_commands / n:.1f} | {m.total_commands / a:.1f} "
@@ -521,7 +537,7 @@ def print_streams(loads: Sequence[StreamLoad], idle: Delta) -> None:
         print(f"- {load.level}: {top_commands(load.window.minus_idle(idle), load.streams)}")
     print()
     print("### CPU ms per stream by process kind (marginal: idle taken off)\n")
-    header("concurrent", *KINDS, "Redis main thread")
+    header("clients", *KINDS, "Redis main thread")
     for load in loads:
         m = load.window.minus_idle(idle)
         cells = " | ".join(_ms(m.cpu_s.get(k, 0.0), load.streams) for k in KINDS)
@@ -560,7 +576,10 @@ def print_redis_load(loads: Sequence[StreamLoad], jobs: JobLoad, idle: Delta) ->
         "µs main-thread CPU per cmd", "µs in commands per cmd (commandstats)",
     )  # fmt: skip
     rows: list[tuple[str, Delta]] = [("idle (warm stack)", idle)]
-    rows += [(f"{load.level} concurrent streams", load.steady) for load in loads]
+    rows += [
+        (f"{load.level} clients, {load.concurrency:.0f} streams open", load.steady)
+        for load in loads
+    ]
     rows.append((f"jobs, {jobs.chunks / jobs.window.wall_s:.1f} chunks/s", jobs.window))
     for name, d in rows:
         cmds = max(1, d.total_commands)
@@ -576,30 +595,42 @@ def print_redis_load(loads: Sequence[StreamLoad], jobs: JobLoad, idle: Delta) ->
 def print_ceiling(
     loads: Sequence[StreamLoad], jobs: JobLoad, idle: Delta, *, workers: int, headroom: float
 ) -> None:
-    points = [
-        (float(load.level), load.steady.redis_main_cpu_s / load.steady.wall_s) for load in loads
-    ]
     idle_core = idle.redis_main_cpu_s / idle.wall_s
-    if len(points) >= 2:
-        intercept, per_stream = linear_fit(points)
-    else:
-        intercept, per_stream = idle_core, (points[0][1] - idle_core) / points[0][0]
+    points = [
+        (load.concurrency, load.steady.redis_main_cpu_s / load.steady.wall_s) for load in loads
+    ]
+    marginal = [(y - idle_core) / x for x, y in points if x > 0]
+    per_stream = max(marginal)  # the costliest stream measured: no amortisation assumed
+    fit = linear_fit(points) if len({round(x) for x, _ in points}) >= 2 else None
     marginal_jobs = jobs.window.minus_idle(idle)
     per_chunk_s = marginal_jobs.redis_main_cpu_s / jobs.chunks
     audio_per_chunk = jobs.audio_s / jobs.chunks
-    top = loads[-1]
-    front_per_stream = top.steady.minus_idle(idle).cpu_s["front"] / top.steady.wall_s / top.level
+    top = max(loads, key=lambda load: load.concurrency)
+    front_cpu = top.steady.minus_idle(idle).cpu_s["front"] / top.steady.wall_s
+    front_per_stream = front_cpu / top.concurrency
     streams_per_front = units_at(PROCESS_CORE_BUDGET, 0.0, front_per_stream)
     chunks_per_worker = jobs.chunks / jobs.window.wall_s / workers
     assembly_per_chunk_s = marginal_jobs.cpu_s["cpu worker"] / jobs.chunks
     chunks_per_cpu_worker = units_at(PROCESS_CORE_BUDGET, 0.0, assembly_per_chunk_s)
+    cmds_per_stream_s = top.steady.minus_idle(idle).total_commands / top.steady.wall_s
+    cmds_per_stream_s /= top.concurrency
+    us_per_cmd = top.steady.redis_main_cpu_s / max(1, top.steady.total_commands) * 1e6
     print("### The Redis ceiling (extrapolated)\n")
     print(
-        f"Redis main-thread CPU (cores) against concurrent streams, least squares: "
-        f"{intercept:.4f} + {per_stream * 1000:.4f}e-3 x streams "
-        f"(measured: {', '.join(f'{x:.0f}: {y:.4f}' for x, y in points)}); "
-        f"per chunk: {per_chunk_s * 1000:.3f} ms (chunks/s ceiling from the idle stack's "
-        f"{idle_core:.4f} cores).\n"
+        "Redis main-thread CPU (cores) at each measured concurrency: "
+        f"{', '.join(f'{x:.0f} streams: {y:.4f}' for x, y in points)}; idle stack "
+        f"{idle_core:.4f}. Per concurrent stream (idle taken off): "
+        f"{', '.join(f'{m * 1000:.3f}e-3' for m in marginal)} cores; the table uses the "
+        f"largest, {per_stream * 1000:.3f}e-3"
+        + (
+            f" (a least-squares line gives {fit[0]:.4f} + {fit[1] * 1000:.3f}e-3 x streams)"
+            if fit
+            else ""
+        )
+        + f". Per chunk: {per_chunk_s * 1000:.3f} ms. In commands: "
+        f"{cmds_per_stream_s:.1f} commands/s per open stream at {us_per_cmd:.1f} µs of "
+        f"main-thread CPU each (at {top.concurrency:.0f} streams) -> "
+        f"{1e6 / us_per_cmd:,.0f} commands/s per core.\n"
         "Assumption: Redis's CPU is linear in the commands it runs (each stream's and chunk's "
         "mix as measured here) and its main thread saturates at 1.0 core.\n"
     )
@@ -611,7 +642,7 @@ def print_ceiling(
         f"CPU workers at {PROCESS_CORE_BUDGET:.0%} of a core",
     )  # fmt: skip
     for budget in (1.0, headroom):
-        streams = units_at(budget, intercept, per_stream)
+        streams = units_at(budget, idle_core, per_stream)
         chunks = units_at(budget, idle_core, per_chunk_s)
         print(
             f"| {budget:.0%} of a core | {streams:,.0f} "
@@ -622,8 +653,8 @@ def print_ceiling(
             f"| {processes_for(chunks, chunks_per_cpu_worker):,} |"
         )
     print(
-        f"\nper process: gRPC front {front_per_stream * 1000:.3f} ms CPU per concurrent stream "
-        f"per second (at {top.level}) -> {streams_per_front:,.0f} streams per front at "
+        f"\nper process: gRPC front {front_per_stream * 1000:.3f} ms CPU per open stream per "
+        f"second (at {top.concurrency:.0f}) -> {streams_per_front:,.0f} streams per front at "
         f"{PROCESS_CORE_BUDGET:.0%} of a core; render worker (espeak, one core): "
         f"{chunks_per_worker:.2f} chunks/s ({chunks_per_worker * audio_per_chunk:.0f} audio s "
         f"per s) in this run, {SERVER_SLOTS} real-time slots (the server's default); CPU "
