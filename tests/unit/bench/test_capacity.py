@@ -14,6 +14,7 @@ from bench.capacity import (
     book_hours_per_hour,
     delta,
     linear_fit,
+    mean_concurrency,
     parse_commandstats,
     parse_info,
     parse_proc_stat,
@@ -150,3 +151,14 @@ def test_book_hours_and_processes() -> None:
     assert processes_for(960, 80) == 12
     assert processes_for(0, 80) == 1
     assert processes_for(50, math.inf) == 1
+
+
+def test_mean_concurrency_counts_only_the_overlap_with_the_window() -> None:
+    spans = [
+        (0.0, 10.0),  # open the whole window: 1
+        (2.0, 4.0),  # a fifth of it
+        (-5.0, 1.0),  # ended 1 s into it: 0.1
+        (9.0, 20.0),  # began 1 s before its end: 0.1
+        (11.0, 12.0),  # after it: 0
+    ]
+    assert mean_concurrency(spans, 0.0, 10.0) == pytest.approx(1.4)
