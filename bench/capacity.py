@@ -37,11 +37,13 @@ Phases, in order (baselines first, in the same run):
    (planning, assembly and the API's submission and polling included: a chunk carries its
    share of its job).
 
-Extrapolation (printed last): Redis main-thread CPU per wall second is fitted as a straight
-line in concurrent streams (least squares over the levels) and per chunk per second, and the
-ceiling is where that line reaches one core. Assumption: Redis's CPU is linear in the
-commands it runs (the mix per stream and per chunk stays what it was here) and Redis is
-single-threaded (a primary saturates at ~100% of one core, whatever the machine has).
+Extrapolation (printed last): Redis main-thread CPU per second of live audio (a stream that
+plays delivers one audio second per second, so this is the cost of one playing stream per
+second: the largest over the levels, idle taken off) and per chunk; the ceiling is where the
+idle stack plus the load reaches one core. Assumption: Redis's CPU is linear in the commands
+it runs (the mix per stream and per chunk stays what it was here; the table shows it does
+across the levels) and Redis is single-threaded (a primary saturates at ~100% of one core,
+whatever the machine has).
 
 Run: ``.venv/bin/python -m bench.capacity [--workers 2] [--slots 128] [--levels 50,100,200]
 [--duration-s 30] [--idle-s 8] [--jobs 3] [--job-chars 30000] [--headroom 0.5]``
@@ -257,20 +259,6 @@ def mean_concurrency(spans: Iterable[tuple[float, float]], start: float, end: fl
     ``end``: their overlap with the window over its length."""
     overlap = sum(max(0.0, min(b, end) - max(a, start)) for a, b in spans)
     return overlap / (end - start)
-
-
-def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares line through ``points`` (x, y): (intercept, slope). Needs two distinct
-    x values."""
-    if len({x for x, _ in points}) < 2:
-        raise ValueError("a line needs points at two different x values at least")
-    n = len(points)
-    mean_x = sum(x for x, _ in points) / n
-    mean_y = sum(y for _, y in points) / n
-    sxx = sum((x - mean_x) ** 2 for x, _ in points)
-    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
-    slope = sxy / sxx
-    return mean_y - slope * mean_x, slope
 
 
 def units_at(budget: float, intercept: float, per_unit: float) -> float:
@@ -596,41 +584,32 @@ def print_ceiling(
     loads: Sequence[StreamLoad], jobs: JobLoad, idle: Delta, *, workers: int, headroom: float
 ) -> None:
     idle_core = idle.redis_main_cpu_s / idle.wall_s
-    points = [
-        (load.concurrency, load.steady.redis_main_cpu_s / load.steady.wall_s) for load in loads
+    # A live stream that plays delivers one audio second per second: concurrent healthy streams
+    # are audio seconds per second, whatever the machine did to the streams' open time.
+    per_audio = [
+        (load.level, load.window.minus_idle(idle).redis_main_cpu_s / load.audio_s) for load in loads
     ]
-    marginal = [(y - idle_core) / x for x, y in points if x > 0]
-    per_stream = max(marginal)  # the costliest stream measured: no amortisation assumed
-    fit = linear_fit(points) if len({round(x) for x, _ in points}) >= 2 else None
+    per_stream = max(cost for _, cost in per_audio)  # the costliest: no amortisation assumed
     marginal_jobs = jobs.window.minus_idle(idle)
     per_chunk_s = marginal_jobs.redis_main_cpu_s / jobs.chunks
     audio_per_chunk = jobs.audio_s / jobs.chunks
-    top = max(loads, key=lambda load: load.concurrency)
-    front_cpu = top.steady.minus_idle(idle).cpu_s["front"] / top.steady.wall_s
-    front_per_stream = front_cpu / top.concurrency
+    top = max(loads, key=lambda load: load.audio_s / load.window.wall_s)
+    front_per_stream = top.window.minus_idle(idle).cpu_s["front"] / top.audio_s
     streams_per_front = units_at(PROCESS_CORE_BUDGET, 0.0, front_per_stream)
     chunks_per_worker = jobs.chunks / jobs.window.wall_s / workers
     assembly_per_chunk_s = marginal_jobs.cpu_s["cpu worker"] / jobs.chunks
     chunks_per_cpu_worker = units_at(PROCESS_CORE_BUDGET, 0.0, assembly_per_chunk_s)
-    cmds_per_stream_s = top.steady.minus_idle(idle).total_commands / top.steady.wall_s
-    cmds_per_stream_s /= top.concurrency
+    cmds_per_stream_s = top.window.minus_idle(idle).total_commands / top.audio_s
     us_per_cmd = top.steady.redis_main_cpu_s / max(1, top.steady.total_commands) * 1e6
     print("### The Redis ceiling (extrapolated)\n")
     print(
-        "Redis main-thread CPU (cores) at each measured concurrency: "
-        f"{', '.join(f'{x:.0f} streams: {y:.4f}' for x, y in points)}; idle stack "
-        f"{idle_core:.4f}. Per concurrent stream (idle taken off): "
-        f"{', '.join(f'{m * 1000:.3f}e-3' for m in marginal)} cores; the table uses the "
-        f"largest, {per_stream * 1000:.3f}e-3"
-        + (
-            f" (a least-squares line gives {fit[0]:.4f} + {fit[1] * 1000:.3f}e-3 x streams)"
-            if fit
-            else ""
-        )
-        + f". Per chunk: {per_chunk_s * 1000:.3f} ms. In commands: "
-        f"{cmds_per_stream_s:.1f} commands/s per open stream at {us_per_cmd:.1f} µs of "
-        f"main-thread CPU each (at {top.concurrency:.0f} streams) -> "
-        f"{1e6 / us_per_cmd:,.0f} commands/s per core.\n"
+        "Redis main-thread CPU per second of live audio (= per playing stream per second; "
+        f"idle taken off): {', '.join(f'{c * 1000:.3f} ms at {n} clients' for n, c in per_audio)}"
+        f"; the table uses the largest, {per_stream * 1000:.3f} ms; idle stack "
+        f"{idle_core:.4f} cores. Per chunk: {per_chunk_s * 1000:.3f} ms. In commands: "
+        f"{cmds_per_stream_s:.1f} commands per audio second at {us_per_cmd:.1f} µs of "
+        f"main-thread CPU each (at {top.level} clients) -> {1e6 / us_per_cmd:,.0f} "
+        "commands/s per core.\n"
         "Assumption: Redis's CPU is linear in the commands it runs (each stream's and chunk's "
         "mix as measured here) and its main thread saturates at 1.0 core.\n"
     )
@@ -653,8 +632,8 @@ def print_ceiling(
             f"| {processes_for(chunks, chunks_per_cpu_worker):,} |"
         )
     print(
-        f"\nper process: gRPC front {front_per_stream * 1000:.3f} ms CPU per open stream per "
-        f"second (at {top.concurrency:.0f}) -> {streams_per_front:,.0f} streams per front at "
+        f"\nper process: gRPC front {front_per_stream * 1000:.3f} ms CPU per audio second "
+        f"(at {top.level} clients) -> {streams_per_front:,.0f} streams per front at "
         f"{PROCESS_CORE_BUDGET:.0%} of a core; render worker (espeak, one core): "
         f"{chunks_per_worker:.2f} chunks/s ({chunks_per_worker * audio_per_chunk:.0f} audio s "
         f"per s) in this run, {SERVER_SLOTS} real-time slots (the server's default); CPU "

@@ -13,7 +13,6 @@ from bench.capacity import (
     Snapshot,
     book_hours_per_hour,
     delta,
-    linear_fit,
     mean_concurrency,
     parse_commandstats,
     parse_info,
@@ -123,17 +122,6 @@ def test_minus_idle_takes_off_the_idle_rates_for_as_long() -> None:
     assert marginal.redis_main_cpu_s == pytest.approx(1.4 - 0.4)
     assert marginal.cpu_s["front"] == pytest.approx(8.0 - 8.0)
     assert marginal.total_commands == 1000
-
-
-def test_linear_fit_recovers_a_line_and_needs_two_x_values() -> None:
-    intercept, slope = linear_fit([(50, 0.02 + 50 * 0.001), (100, 0.12), (200, 0.22)])
-    assert intercept == pytest.approx(0.02)
-    assert slope == pytest.approx(0.001)
-    intercept, slope = linear_fit([(0, 1.0), (2, 2.0), (4, 4.0)])  # least squares, not exact
-    assert slope == pytest.approx(0.75)
-    assert intercept == pytest.approx(7 / 3 - 0.75 * 2)
-    with pytest.raises(ValueError, match="two different x"):
-        linear_fit([(100, 0.1), (100, 0.2)])
 
 
 def test_units_at_a_budget() -> None:
