@@ -47,7 +47,7 @@ whatever the machine has).
 
 Run: ``.venv/bin/python -m bench.capacity [--workers 2] [--slots 128] [--levels 50,100,200]
 [--duration-s 30] [--idle-s 8] [--jobs 3] [--job-chars 30000] [--headroom 0.5]``
-(about 4 minutes with the defaults).
+(about 5 minutes with the defaults).
 """
 
 from __future__ import annotations
