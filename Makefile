@@ -107,6 +107,7 @@ bench: install
 	$(BIN)/python -m bench.chattts
 	$(BIN)/python -m bench.engines
 	$(BIN)/python -m bench.idle_unload
+	$(BIN)/python -m bench.capacity
 
 clean: stop
 	rm -rf $(VENV) out .voicelane .mypy_cache .ruff_cache .pytest_cache
