@@ -91,7 +91,10 @@ class OllamaBackend(LlmBackend):
         return f"ollama at {self.host}"
 
     def _options(self) -> dict[str, Any]:
-        return {"num_ctx": self.settings.num_ctx}
+        options: dict[str, Any] = {"num_ctx": self.settings.num_ctx}
+        if self.settings.max_reply_tokens is not None:
+            options["num_predict"] = self.settings.max_reply_tokens
+        return options
 
     async def stream(
         self, model: str, messages: list[dict[str, str]]

@@ -148,6 +148,8 @@ class OpenAIBackend(LlmBackend):
         sent = time.monotonic()
         await self._check_model(model, self._client)
         body = self._body(model, messages, stream=True, stream_options={"include_usage": True})
+        if self.settings.max_reply_tokens is not None:
+            body["max_tokens"] = self.settings.max_reply_tokens
         reply = SseReply(model)
         async with self._client.stream(
             "POST", f"{self.base_url}/chat/completions", json=body

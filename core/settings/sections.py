@@ -132,6 +132,9 @@ class LlmSettings(BaseModel):
 
     reply_reserve_tokens: int = Field(512, ge=0)
     """The part of the window kept free for the reply when trimming the history."""
+    max_reply_tokens: int | None = Field(None, ge=1)
+    """The longest reply, in tokens (Ollama's ``options.num_predict``, OpenAI's
+    ``max_tokens``); None: the server's own limit."""
     system: str = ""
     """A system prompt put before every conversation (a request's ``system`` replaces it)."""
     preload: bool = False
