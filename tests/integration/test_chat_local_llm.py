@@ -23,7 +23,7 @@ from voicelane.core.speakable import clean_for_speech
 
 pytestmark = pytest.mark.integration
 
-MAX_REPLY_TOKENS = 60
+MAX_REPLY_TOKENS = 40
 
 
 @pytest.fixture(scope="module")
