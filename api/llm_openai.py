@@ -97,14 +97,16 @@ def map_error(error: BaseException, *, label: str, model: str, started: bool) ->
 class OpenAIBackend(LlmBackend):
     """An OpenAI-compatible server at ``settings.base_url``."""
 
-    def __init__(self, settings: LlmSettings) -> None:
+    def __init__(
+        self, settings: LlmSettings, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.settings = settings
         self.base_url = (settings.base_url or "").rstrip("/")
         headers = {"Accept": "text/event-stream"}
         if settings.api_key is not None:
             headers["Authorization"] = f"Bearer {settings.api_key.get_secret_value()}"
         self._client = httpx.AsyncClient(
-            headers=headers, timeout=httpx.Timeout(settings.read_timeout_s)
+            headers=headers, timeout=httpx.Timeout(settings.read_timeout_s), transport=transport
         )
         self._models: set[str] | None = None
         """The server's listed models; None: not read yet, or the server lists none."""
