@@ -30,8 +30,11 @@ from voicelane.core.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 
-CTX_PER_SLOT = 1024
-MAX_TOKENS = 256
+CTX_PER_SLOT = 512
+MAX_TOKENS = 128
+"""The server's cap on a reply."""
+SHORT_REPLY_TOKENS = 40
+"""The bridge's, where a test reads a reply to its end."""
 QUESTION = [ChatTurn("user", "What should I pack for a weekend in the mountains?")]
 STORY = [ChatTurn("user", "Tell me a very long story about a dragon and a knight.")]
 
@@ -48,6 +51,7 @@ def llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalLlm]:
 @contextlib.asynccontextmanager
 async def bridge_to(llm: LocalLlm, **settings: Any) -> AsyncIterator[LlmBridge]:
     settings.setdefault("reply_reserve_tokens", MAX_TOKENS)
+    settings.setdefault("max_reply_tokens", SHORT_REPLY_TOKENS)  # bounded test time
     bridge = LlmBridge(llm.settings(**settings))
     try:
         yield bridge
@@ -91,7 +95,7 @@ async def test_the_reply_streams_token_by_token(llm: LocalLlm) -> None:
 async def test_the_history_is_trimmed_to_the_servers_window(llm: LocalLlm) -> None:
     """Sent whole, the conversation overflows the server's window (it refuses it: 400); the
     bridge drops the oldest messages and the reply streams."""
-    turns = history(24)
+    turns = history(16)
     wire = [{"role": turn.role, "content": turn.content} for turn in turns]
     async with httpx.AsyncClient(timeout=60) as client:
         whole = await client.post(
@@ -112,13 +116,13 @@ async def test_a_bridge_told_a_bigger_window_gets_the_servers_refusal_typed(
 ) -> None:
     async with bridge_to(llm, num_ctx=8192) as bridge:
         with pytest.raises(InvalidInputError, match="refused the request"):
-            await bridge.reply(history(24))
+            await bridge.reply(history(16))
 
 
 @async_test
 async def test_a_stalled_server_is_a_deadline_after_the_text_so_far(llm: LocalLlm) -> None:
     assert llm.process is not None
-    async with bridge_to(llm, read_timeout_s=1.0) as bridge:
+    async with bridge_to(llm, read_timeout_s=1.0, max_reply_tokens=None) as bridge:
         reply = await bridge.reply(STORY)
         got: list[str] = []
         os.killpg(llm.process.pid, signal.SIGSTOP)  # the server stops mid-reply
@@ -136,7 +140,7 @@ async def test_barge_in_closes_the_stream_and_the_server_stops_generating(
     llm: LocalLlm,
 ) -> None:
     before = llm.metrics()
-    async with bridge_to(llm) as bridge:
+    async with bridge_to(llm, max_reply_tokens=None) as bridge:
         reply = await bridge.reply(STORY)
         taken = 0
         async for _ in reply:
@@ -154,6 +158,7 @@ async def test_barge_in_closes_the_stream_and_the_server_stops_generating(
     after = llm.metrics()
     predicted = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
     # ... and it stopped there, far short of the reply's MAX_TOKENS it would have written.
+    print(f"barge-in after 3 deltas: the server predicted {predicted:g} tokens")
     assert predicted < MAX_TOKENS / 2, predicted
     assert bridge.slots.held(None) == 0
 

@@ -67,6 +67,7 @@ class LocalLlm:
             self.args += ["--api-key", api_key]
         self.ctx_per_slot = ctx_per_slot
         self.parallel = parallel
+        self.max_tokens = max_tokens
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -86,6 +87,9 @@ class LocalLlm:
             "VOICELANE_LLM__MODEL": MODEL,
             "VOICELANE_LLM__NUM_CTX": str(self.ctx_per_slot),
             "VOICELANE_LLM__MAX_PARALLEL": str(self.parallel),
+            "VOICELANE_LLM__REPLY_RESERVE_TOKENS": str(
+                min(self.max_tokens, self.ctx_per_slot // 2)
+            ),
         }
 
     def settings(self, **overrides: Any) -> LlmSettings:
@@ -96,6 +100,7 @@ class LocalLlm:
             "model": MODEL,
             "num_ctx": self.ctx_per_slot,
             "max_parallel": self.parallel,
+            "reply_reserve_tokens": min(self.max_tokens, self.ctx_per_slot // 2),
         }
         return LlmSettings(**{**fields, **overrides})
 
