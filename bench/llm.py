@@ -93,6 +93,8 @@ class Conversation:
     first_audio_s: float | None = None
     worst_late_ms: float = 0.0
     failure: str | None = None
+    tokens_per_s: float | None = None
+    """The LLM's own writing speed for this reply (its stats: reply tokens / eval time)."""
 
     @property
     def underran(self) -> bool:
@@ -134,6 +136,8 @@ async def one_chat(stub: SpeechAsyncStub) -> Conversation:
                 chat.first_token_s = chat.first_token_s or now
                 if chat.fragment_s is None and cutter.feed(response.text_delta).flush:
                     chat.fragment_s = now
+            elif kind == "stats" and response.stats.eval_ms > 0:
+                chat.tokens_per_s = response.stats.reply_tokens / (response.stats.eval_ms / 1000)
             elif kind == "audio" and response.audio.opus_packets:
                 audio = response.audio
                 if t0 is None:
@@ -196,18 +200,19 @@ def start_standin(port: int, tokens_per_s: int, log: Path) -> subprocess.Popen[b
 
 def print_table(levels: list[Level]) -> None:
     print(
-        "| LLM (stand-in: tokens/s) | conversations | chats "
+        "| LLM (stand-in: tokens/s) | conversations | chats | LLM tokens/s per reply p50 "
         "| first token → first audio p50 / p99 ms "
         "| of which fragment wait p50 | fragment → first audio p50 / p99 ms "
         "| Synthesize(first fragment) TTFA p50 ms | underran | worst gap ms | failures |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for level in levels:
         ok = level.ok()
         failures = Counter(c.failure for c in level.chats if c.failure)
         worst = max((c.worst_late_ms for c in ok), default=math.nan)
         print(
             f"| {level.source} | {level.clients} | {len(level.chats)} "
+            f"| {percentile([c.tokens_per_s for c in ok if c.tokens_per_s], 0.5):.0f} "
             f"| {level.ms('all', 0.5):.0f} / {level.ms('all', 0.99):.0f} "
             f"| {level.ms('fragment', 0.5):.0f} "
             f"| {level.ms('after_fragment', 0.5):.0f} / {level.ms('after_fragment', 0.99):.0f} "
@@ -278,7 +283,7 @@ def main() -> None:
     )
     parser.add_argument("--real", action="store_true", help="also the real model (SmolLM2)")
     parser.add_argument("--real-threads", type=int, default=2)
-    parser.add_argument("--real-max-tokens", type=int, default=120)
+    parser.add_argument("--real-max-tokens", type=int, default=60)
     args = parser.parse_args()
     rates = [int(rate) for rate in args.rates.split(",")]
     levels_wanted = [int(n) for n in args.levels.split(",")]
