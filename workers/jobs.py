@@ -291,9 +291,8 @@ def plan_job(ctx: JobContext, job_id: str) -> int:
         ledger.jobs.set_extras(job_id, chapter_chunks=json.dumps(first_chunks(chunks, job)))
     ledger.jobs.set_warnings(job_id, prepared.warnings_json())
     count_unspeakable(job.options.engine, prepared.unspeakable_chars)
-    if not ledger.jobs.save_plan(job_id, chunks):
+    if not ledger.jobs.save_plan(job, chunks):  # rendering, the chunks in their tenant's line
         return 0  # cancelled while planning
-    ledger.feed.schedule(job_id, job.tenant, len(chunks), engine=job.options.engine)
     log.info("job %s planned: %d chunks", job_id, len(chunks))
     feed_render_queue(ctx, job.options.engine)
     return len(chunks)

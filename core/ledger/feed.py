@@ -1,8 +1,10 @@
 """The fair feed of the render queue: tenants take turns.
 
 A planned job's chunks wait as ``{job_id}:{n}`` references in their tenant's line; tenants
-with waiting chunks form a ring. Each engine has its own lines and ring (its own render
-queue is fed from them), so a backlog for one engine never holds up another's workers.
+with waiting chunks form a ring. They join the line in the same atomic write that saves the
+plan (:meth:`voicelane.core.ledger.jobs.Jobs.save_plan`), never apart from it. Each engine
+has its own lines and ring (its own render queue is fed from them), so a backlog for one
+engine never holds up another's workers.
 Taking work rotates the ring and takes one reference per tenant per turn, so tenants
 alternate whatever their backlog; references of jobs that stopped rendering (cancelled,
 failed) are dropped on the way, at no cost. The worker side
@@ -22,16 +24,7 @@ from voicelane.core.ledger.lua import register
 class FairFeed:
     def __init__(self, client: redis.Redis) -> None:
         self.redis = client
-        self._schedule = register(client, "feed_schedule")
         self._take = register(client, "feed_take")
-
-    def schedule(self, job_id: str, tenant: str, chunks: int, *, engine: str) -> None:
-        """Put the job's chunks in line behind its tenant's other waiting chunks for
-        ``engine``."""
-        self._schedule(
-            keys=[FEED_LINE.key(engine, tenant), FEED_RING.key(engine), FEED_TENANTS.key(engine)],
-            args=[job_id, chunks, tenant],
-        )
 
     def take(self, count: int, *, engine: str) -> list[tuple[str, int]]:
         """Up to ``count`` chunks waiting for ``engine``, one per tenant in turn (round

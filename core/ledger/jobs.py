@@ -2,9 +2,10 @@
 
 States: queued → planning → rendering → assembling → done | failed | cancelled. Final states
 never change again; every transition is a Lua script that checks the current state
-(``set_state.lua``, ``save_plan.lua``, ``end_job.lua``; rendering → assembling is the last
-commit's, :mod:`~voicelane.core.ledger.chunks`; assembling → done is the assembly lock
-holder's, :mod:`~voicelane.core.ledger.assembly`).
+(``set_state.lua``; ``save_plan.lua``, which also puts the chunks in the fair feed's line;
+``end_job.lua``; rendering → assembling is the last commit's,
+:mod:`~voicelane.core.ledger.chunks`; assembling → done is the assembly lock holder's,
+:mod:`~voicelane.core.ledger.assembly`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from voicelane.core.ledger.keys import (
     ACTIVE_JOBS,
     ATTEMPTS,
     CHUNKS_DONE,
+    FEED_LINE,
+    FEED_RING,
+    FEED_TENANTS,
     JOB,
     JOB_PLAN,
     JOB_TEXT,
@@ -223,12 +227,22 @@ class Jobs:
             raise JobNotFoundError(f"no job {job_id!r}")
         return bool(result)
 
-    def save_plan(self, job_id: str, chunks: list[ChunkPlan]) -> bool:
-        """planning → rendering with these chunks; False if the job moved on (cancelled)."""
+    def save_plan(self, job: Job, chunks: list[ChunkPlan]) -> bool:
+        """planning → rendering with these chunks, and the chunks in line in the fair feed
+        (:mod:`~voicelane.core.ledger.feed`: behind the tenant's other chunks for the job's
+        engine) — one atomic write, so no job is ever rendering with chunks that never joined
+        the line. False, and nothing written, if the job moved on (cancelled)."""
+        engine = job.options.engine
         return bool(
             self._save_plan(
-                keys=[JOB.key(job_id), JOB_PLAN.key(job_id)],
-                args=[time.time(), len(chunks), *(c.to_json() for c in chunks)],
+                keys=[
+                    JOB.key(job.id),
+                    JOB_PLAN.key(job.id),
+                    FEED_LINE.key(engine, job.tenant),
+                    FEED_RING.key(engine),
+                    FEED_TENANTS.key(engine),
+                ],
+                args=[time.time(), job.id, job.tenant, *(c.to_json() for c in chunks)],
             )
         )
 

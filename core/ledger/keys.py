@@ -305,21 +305,21 @@ FEED_RING = Family(
     "list",
     "tenants with chunks waiting for one engine, in turn order (rotated by every take)",
     Lifetime.SHARED,
-    "feed.py (schedule, take)",
+    "jobs.py (save_plan), feed.py (take)",
 )
 FEED_TENANTS = Family(
     PREFIX + "sched:{engine}:tenants",
     "set",
     "the ring's members (so a tenant joins the ring once)",
     Lifetime.SHARED,
-    "feed.py (schedule, take)",
+    "jobs.py (save_plan), feed.py (take)",
 )
 FEED_LINE = Family(
     PREFIX + "sched:{engine}:tenant:{tenant}",
     "list",
     "the tenant's waiting chunks for one engine, '{job_id}:{n}', in order",
     Lifetime.SHARED,
-    "feed.py (schedule, take)",
+    "jobs.py (save_plan), feed.py (take)",
 )
 
 # ---- Celery's ------------------------------------------------------------------------------

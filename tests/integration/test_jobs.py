@@ -15,9 +15,10 @@ from tests.support.ledger import waiting_chunks
 from tests.support.tiny_fs import fill, tiny_tmpfs
 from voicelane.common.audio import probe
 from voicelane.common.errors import EngineError, StorageFullError
-from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
-from voicelane.core.ledger import JobOptions, JobState, Ledger
+from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, PLAN_TASK, RENDER_CHUNK_TASK
+from voicelane.core.ledger import ChunkPlan, Job, JobOptions, JobState, Ledger
 from voicelane.core.ledger.keys import CHUNK_LEASE
+from voicelane.core.redis_clients import UnreplicatedWriteError
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings
 from voicelane.workers.batching import Batcher
@@ -160,6 +161,57 @@ def test_reconciler_requeues_every_unfinished_chunk_of_a_stalled_job(ctx: JobCon
     later = job.updated_at + ctx.settings.stall_timeout_s + 1
     assert reconcile_once(ctx, now=later) == total - 1
     assert sorted(a[1] for a in recorder(ctx).of(RENDER_CHUNK_TASK)) == list(range(1, total))  # type: ignore[type-var]
+
+
+def refuse_plans(ctx: JobContext, monkeypatch: pytest.MonkeyPatch, *, applied: bool) -> None:
+    """The plan's write is refused as across a Redis failover (the replica never acknowledged
+    it): lost with the demoted primary (``applied=False``), or kept by a primary that stays
+    (``applied=True``)."""
+    save_plan = ctx.ledger.jobs.save_plan
+
+    def refused(job: Job, chunks: list[ChunkPlan]) -> bool:
+        if applied:
+            save_plan(job, chunks)
+        raise UnreplicatedWriteError("write acknowledged by 0 of 1 replica(s) in time")
+
+    monkeypatch.setattr(ctx.ledger.jobs, "save_plan", refused)
+
+
+def test_a_plan_lost_in_a_failover_is_planned_again_by_the_reconciler(
+    ctx: JobContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = submit(ctx)
+    with monkeypatch.context() as patch:
+        refuse_plans(ctx, patch, applied=False)
+        with pytest.raises(UnreplicatedWriteError):
+            plan_job(ctx, job_id)  # the task fails; its message is acknowledged
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None and job.state is JobState.PLANNING
+    assert waiting_chunks(ctx.ledger.redis, "acme") == 0
+    assert reconcile_once(ctx) == 0  # not stalled yet
+    assert reconcile_once(ctx, now=job.updated_at + ctx.settings.stall_timeout_s + 1) == 1
+    assert recorder(ctx).of(PLAN_TASK) == [(job_id,)]
+    total = plan_job(ctx, job_id)  # the re-sent message
+    assert total > 1
+    assert recorder(ctx).of(RENDER_CHUNK_TASK) == [(job_id, n) for n in range(total)]
+
+
+def test_a_plan_kept_but_unacknowledged_is_fed_by_the_reconciler(
+    ctx: JobContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = submit(ctx)
+    with monkeypatch.context() as patch:
+        refuse_plans(ctx, patch, applied=True)
+        with pytest.raises(UnreplicatedWriteError):
+            plan_job(ctx, job_id)
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None and job.state is JobState.RENDERING
+    assert waiting_chunks(ctx.ledger.redis, "acme") == job.chunks_total > 1  # all in line
+    assert recorder(ctx).of(RENDER_CHUNK_TASK) == []
+    reconcile_once(ctx)  # every pass feeds the render queue
+    assert recorder(ctx).of(RENDER_CHUNK_TASK) == [(job_id, n) for n in range(job.chunks_total)]
+    assert plan_job(ctx, job_id) == 0  # a redelivered plan changes nothing
+    assert waiting_chunks(ctx.ledger.redis, "acme") == 0
 
 
 def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: JobContext) -> None:

@@ -38,9 +38,14 @@ def plans(count: int) -> list[ChunkPlan]:
 
 
 def rendering_job(ledger: Ledger, chunks: int) -> str:
-    job = ledger.jobs.create("acme", OPTIONS, "some text")
+    return tenant_job(ledger, "acme", chunks)
+
+
+def tenant_job(ledger: Ledger, tenant: str, chunks: int, engine: str = "espeak") -> str:
+    """A job of ``tenant``'s for ``engine``, planned: rendering, its chunks in line."""
+    job = ledger.jobs.create(tenant, dataclasses.replace(OPTIONS, engine=engine), "some text")
     assert ledger.jobs.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
-    assert ledger.jobs.save_plan(job.id, plans(chunks))
+    assert ledger.jobs.save_plan(job, plans(chunks))
     return job.id
 
 
@@ -82,16 +87,31 @@ def test_listing_is_newest_first_and_paged(ledger: Ledger) -> None:
     assert cursor3 is None
 
 
-def test_plan_moves_to_rendering_unless_cancelled(ledger: Ledger) -> None:
+def test_plan_moves_to_rendering_with_every_chunk_in_line_in_one_write(ledger: Ledger) -> None:
+    # One script saves the plan, moves the job to rendering and puts its chunks in its
+    # tenant's line: split into two writes, a failover or a dead worker between them left a
+    # job rendering with chunks that nothing would ever send (the Sentinel chaos test).
     job_id = rendering_job(ledger, 3)
     job = ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.RENDERING and job.chunks_total == 3
     assert ledger.jobs.chunk(job_id, 2).last
+    assert waiting_chunks(ledger.redis, "acme") == 3
+    assert ledger.feed.take(5, engine="espeak") == [(job_id, 0), (job_id, 1), (job_id, 2)]
+
+
+def test_a_cancelled_job_gets_neither_a_plan_nor_a_place_in_line(ledger: Ledger) -> None:
     other = ledger.jobs.create("acme", OPTIONS, "x")
     ledger.jobs.transition(other.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
     assert ledger.jobs.cancel(other.id)
-    assert not ledger.jobs.save_plan(other.id, plans(2))
-    assert ledger.jobs.get(other.id).state is JobState.CANCELLED  # type: ignore[union-attr]
+    assert not ledger.jobs.save_plan(other, plans(2))
+    job = ledger.jobs.get(other.id)
+    assert job is not None and job.state is JobState.CANCELLED and job.chunks_total == 0
+    assert waiting_chunks(ledger.redis, "acme") == 0
+    with pytest.raises(JobNotFoundError):
+        ledger.jobs.chunk(other.id, 0)  # no plan saved
+    queued = ledger.jobs.create("acme", OPTIONS, "y")  # not planning yet: nothing either
+    assert not ledger.jobs.save_plan(queued, plans(2))
+    assert waiting_chunks(ledger.redis, "acme") == 0
 
 
 def test_a_lease_excludes_others_and_fences_stale_commits(ledger: Ledger) -> None:
@@ -220,14 +240,6 @@ def test_requeue_once_holds_for_its_period(ledger: Ledger) -> None:
     assert ledger.locks.requeue_once(job_id, "chunk:0", hold_s=30)
     assert not ledger.locks.requeue_once(job_id, "chunk:0", hold_s=30)
     assert ledger.locks.requeue_once(job_id, "chunk:1", hold_s=30)
-
-
-def tenant_job(ledger: Ledger, tenant: str, chunks: int, engine: str = "espeak") -> str:
-    job = ledger.jobs.create(tenant, OPTIONS, "some text")
-    assert ledger.jobs.transition(job.id, JobState.PLANNING, only_from=(JobState.QUEUED,))
-    assert ledger.jobs.save_plan(job.id, plans(chunks))
-    ledger.feed.schedule(job.id, tenant, chunks, engine=engine)
-    return job.id
 
 
 def test_each_engine_is_fed_from_its_own_lines(ledger: Ledger) -> None:

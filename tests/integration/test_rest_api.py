@@ -400,7 +400,8 @@ def test_tenants_are_held_to_their_stored_bytes(redis_url: str, tmp_path: Path) 
         plan = ChunkPlan(
             texts=("Hello there.",), paragraph_ends=(True,), start=0, end=12, last=True
         )
-        assert ledger.jobs.save_plan(job_id, [plan])
+        job = ledger.jobs.get(job_id)
+        assert job is not None and ledger.jobs.save_plan(job, [plan])
         lease = ledger.chunks.acquire(job_id, 0, "w", ttl_s=30)
         assert ledger.chunks.commit(job_id, 0, lease, 1.0) == "assemble"
         assert ledger.assembly.acquire(job_id, "w", ttl_s=30)
