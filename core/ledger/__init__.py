@@ -31,7 +31,6 @@ from voicelane.core.ledger.feed import FairFeed
 from voicelane.core.ledger.jobs import Jobs
 from voicelane.core.ledger.lexicons import Lexicons
 from voicelane.core.ledger.locks import Locks
-from voicelane.core.ledger.queued_chars import QueuedChars
 from voicelane.core.ledger.queues import CeleryQueues
 from voicelane.core.ledger.records import (
     BookInfo,
@@ -68,7 +67,7 @@ class Ledger:
     def __init__(self, client: redis.Redis) -> None:
         self.redis = client
         self.locks = Locks(client)
-        self.jobs = Jobs(client, QueuedChars(client))
+        self.jobs = Jobs(client)
         self.chunks = Chunks(client, self.locks)
         self.assembly = Assembly(client, self.locks)
         self.feed = FairFeed(client)

@@ -31,11 +31,12 @@ from voicelane.core.ledger.keys import (
     JOB,
     JOB_PLAN,
     JOB_TEXT,
+    QUEUED_CHARS,
     STORED_BYTES,
     TENANT_JOBS,
 )
 from voicelane.core.ledger.lua import register
-from voicelane.core.ledger.queued_chars import RETRY_S, QueuedChars
+from voicelane.core.ledger.queued_chars import RETRY_S
 from voicelane.core.ledger.records import (
     BookInfo,
     ChunkPlan,
@@ -54,12 +55,42 @@ ERROR_CHARS = 500
 LAST_ERROR_CHARS = 300
 
 
+def _record(
+    job_id: str, tenant: str, options: JobOptions, characters: int, *, now: float, held: int
+) -> list[EncodableT]:
+    """A new job's hash, as field, value, field, value..."""
+    record: dict[str, EncodableT] = {
+        "id": job_id,
+        "tenant": tenant,
+        "state": JobState.QUEUED.value,
+        "voice": options.voice,
+        "format": options.format,
+        "sample_rate_hz": options.sample_rate_hz,
+        "speed": options.speed,
+        "callback_url": options.callback_url or "",
+        "engine": options.engine,
+        "requested_voice": options.requested_voice,
+        **({"seed": options.seed} if options.seed is not None else {}),
+        **({"speaker": options.speaker.to_json()} if options.speaker else {}),
+        **({"book": options.book.to_json()} if not options.book.plain else {}),
+        "characters": characters,
+        "created_at": now,
+        "updated_at": now,
+        "chunks_total": 0,
+        "chunks_done": 0,
+        "audio_s": 0.0,
+        **({"queued_chars": held} if held else {}),
+    }
+    record.update(options.text_options.to_fields())
+    return [item for pair in record.items() for item in pair]
+
+
 class Jobs:
     """Jobs in Redis. Safe to share between threads (redis-py pools connections)."""
 
-    def __init__(self, client: redis.Redis, queued_chars: QueuedChars) -> None:
+    def __init__(self, client: redis.Redis) -> None:
         self.redis = client
-        self.queued_chars = queued_chars
+        self._create = register(client, "create_job")
         self._set_state = register(client, "set_state")
         self._save_plan = register(client, "save_plan")
         self._end = register(client, "end_job", libraries=(ENDING,))
@@ -91,22 +122,30 @@ class Jobs:
                     f"the tenant's finished outputs hold {stored_bytes:,} bytes, the limit is "
                     f"{max_stored_bytes:,}; they are freed when their jobs pass retention"
                 )
-        held = 0
-        if max_queued_chars is not None:
-            if not self.queued_chars.reserve(tenant, len(text), max_queued_chars):
-                raise QuotaExceededError(
-                    f"text: the tenant's unfinished jobs would hold more than "
-                    f"{max_queued_chars:,} characters; wait for some to finish",
-                    field="text",
-                    retry_after_s=RETRY_S,
-                )
-            held = len(text)
-        try:
-            self._write(job_id, tenant, options, text, now=now, held=held)
-        except BaseException:
-            if held:
-                self.queued_chars.give_back(tenant, held)
-            raise
+        held = len(text) if max_queued_chars is not None else 0
+        if not self._create(
+            keys=[
+                JOB.key(job_id),
+                JOB_TEXT.key(job_id),
+                TENANT_JOBS.key(tenant),
+                ACTIVE_JOBS.key(),
+                QUEUED_CHARS.key(tenant),
+            ],
+            args=[
+                job_id,
+                now,
+                text.encode("utf-8"),
+                held,
+                max_queued_chars or 0,
+                *_record(job_id, tenant, options, len(text), now=now, held=held),
+            ],
+        ):
+            raise QuotaExceededError(
+                f"text: the tenant's unfinished jobs would hold more than "
+                f"{max_queued_chars:,} characters; wait for some to finish",
+                field="text",
+                retry_after_s=RETRY_S,
+            )
         job = self.get(job_id)
         assert job is not None
         return job
@@ -114,39 +153,6 @@ class Jobs:
     def stored_bytes(self, tenant: str) -> int:
         """Bytes of the tenant's finished outputs (done jobs not yet forgotten)."""
         return max(0, int(cast(bytes | None, self.redis.get(STORED_BYTES.key(tenant))) or 0))
-
-    def _write(
-        self, job_id: str, tenant: str, options: JobOptions, text: str, *, now: float, held: int
-    ) -> None:
-        pipe = self.redis.pipeline(transaction=True)
-        record: dict[FieldT, EncodableT] = {
-            "id": job_id,
-            "tenant": tenant,
-            "state": JobState.QUEUED.value,
-            "voice": options.voice,
-            "format": options.format,
-            "sample_rate_hz": options.sample_rate_hz,
-            "speed": options.speed,
-            "callback_url": options.callback_url or "",
-            "engine": options.engine,
-            "requested_voice": options.requested_voice,
-            **({"seed": options.seed} if options.seed is not None else {}),
-            **({"speaker": options.speaker.to_json()} if options.speaker else {}),
-            **({"book": options.book.to_json()} if not options.book.plain else {}),
-            "characters": len(text),
-            "created_at": now,
-            "updated_at": now,
-            "chunks_total": 0,
-            "chunks_done": 0,
-            "audio_s": 0.0,
-            **({"queued_chars": held} if held else {}),
-        }
-        record.update(options.text_options.to_fields())
-        pipe.hset(JOB.key(job_id), mapping=record)
-        pipe.set(JOB_TEXT.key(job_id), text.encode("utf-8"))
-        pipe.zadd(TENANT_JOBS.key(tenant), {job_id: now})
-        pipe.sadd(ACTIVE_JOBS.key(), job_id)
-        pipe.execute()
 
     def get(self, job_id: str) -> Job | None:
         pipe = self.redis.pipeline(transaction=False)

@@ -214,7 +214,7 @@ QUEUED_CHARS = Family(
     "string",
     "characters of the tenant's unfinished jobs created under a quota (deleted at 0)",
     Lifetime.SHARED,
-    "queued_chars.py (reserve, give_back), ending.lua (a job that ends gives back its own)",
+    "jobs.py (create: create_job.lua reserves), ending.lua (a job that ends gives back its own)",
 )
 STORED_BYTES = Family(
     PREFIX + "tenant:{tenant}:stored_bytes",

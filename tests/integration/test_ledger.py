@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.support.stack import wait_for
 from voicelane.common.errors import JobNotFoundError, QuotaExceededError
 from voicelane.core.ledger import ChunkPlan, JobOptions, JobState, Ledger
 from voicelane.core.ledger.keys import CHUNK_LEASE
+from voicelane.core.redis_clients import UnreplicatedWriteError
 
 pytestmark = pytest.mark.integration
 
@@ -296,6 +298,30 @@ def test_queued_characters_are_held_until_the_job_ends(ledger: Ledger) -> None:
     assert not ledger.jobs.cancel(first.id)  # ending twice gives back once
     assert queued_chars(ledger.redis, "acme") == 0
     ledger.jobs.create("acme", OPTIONS, "x" * 100, max_queued_chars=100)  # at the limit
+
+
+def test_a_job_and_the_characters_it_holds_are_one_write(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A create whose write is applied but refused (a Redis failover: the replica never
+    # acknowledged it) leaves the job holding exactly what the counter counts; with the
+    # reservation and the job as two writes, the refusal gave the characters back while the
+    # job that survived still held them (or, lost, kept them reserved for no job, for good).
+    create = ledger.jobs._create
+
+    def applied_then_refused(**kwargs: Any) -> Any:
+        create(**kwargs)
+        raise UnreplicatedWriteError("write acknowledged by 0 of 1 replica(s) in time")
+
+    monkeypatch.setattr(ledger.jobs, "_create", applied_then_refused)
+    with pytest.raises(UnreplicatedWriteError):
+        ledger.jobs.create("acme", OPTIONS, "x" * 60, max_queued_chars=100, job_id="a" * 32)
+    monkeypatch.undo()
+    job = ledger.jobs.get("a" * 32)
+    assert job is not None and job.state is JobState.QUEUED
+    assert queued_chars(ledger.redis, "acme") == 60  # held by the job that exists
+    assert ledger.jobs.cancel(job.id)
+    assert queued_chars(ledger.redis, "acme") == 0
 
 
 def done_job(ledger: Ledger, size_bytes: int) -> str:
