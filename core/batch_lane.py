@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SENTINEL_TRANSPORT = "voicelane.core.kombu_sentinel:Transport"
+"""Celery's broker transport with sentinels (kombu's, with a crash fixed; imported by kombu
+only when a connection is made, so importing this module imports no kombu)."""
+
 CONTROL_QUEUE = "control"
 RENDER_QUEUE = "render"
 """What a worker's ``--queues`` names for "the render queue of my engine"
@@ -90,14 +94,16 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
     ``unacked_restore_throttle=1``: a dead worker's messages come back within seconds after
     that (leases and the reconciler recover chunks faster; this is the backstop); each queue
     its own direct exchange; task events on, for Flower. With sentinels, kombu's
-    ``sentinel://`` transport (the primary asked of them on every reconnect); no result
-    backend is used (``task_ignore_result``), so none needs Sentinel.
+    ``sentinel://`` transport (the primary asked of them on every reconnect), with a crash of
+    its fixed (:mod:`voicelane.core.kombu_sentinel`); no result backend is used
+    (``task_ignore_result``), so none needs Sentinel.
     """
     from kombu import Exchange, Queue
 
     broker_url, sentinel_options = celery_broker(settings.redis_target())
     app.conf.update(
         broker_url=broker_url,
+        broker_transport=SENTINEL_TRANSPORT if sentinel_options else None,
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",
