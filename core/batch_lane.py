@@ -37,10 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SENTINEL_TRANSPORT = "voicelane.core.kombu_sentinel:Transport"
-"""Celery's broker transport with sentinels (kombu's, with a crash fixed; imported by kombu
-only when a connection is made, so importing this module imports no kombu)."""
-
 CONTROL_QUEUE = "control"
 RENDER_QUEUE = "render"
 """What a worker's ``--queues`` names for "the render queue of my engine"
@@ -101,9 +97,12 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
     from kombu import Exchange, Queue
 
     broker_url, sentinel_options = celery_broker(settings.redis_target())
+    if sentinel_options:
+        from voicelane.core.kombu_sentinel import register
+
+        register()  # sentinel:// is kombu's sentinel transport with a crash fixed
     app.conf.update(
         broker_url=broker_url,
-        broker_transport=SENTINEL_TRANSPORT if sentinel_options else None,
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",

@@ -17,7 +17,7 @@ def app_for(settings: ServiceSettings) -> Celery:
     return app
 
 
-def test_celery_goes_through_the_fixed_transport_with_sentinels_only() -> None:
+def test_celery_goes_through_the_fixed_transport_with_sentinels_even_after_a_switch() -> None:
     sentinels = ServiceSettings(
         redis_url="redis://:pw@any/2", redis_sentinels="127.0.0.1:26379,127.0.0.1:26380"
     )
@@ -28,6 +28,11 @@ def test_celery_goes_through_the_fixed_transport_with_sentinels_only() -> None:
             "sentinel://:pw@127.0.0.1:26379/2",
             "sentinel://:pw@127.0.0.1:26380/2",
         ]
+        # After a lost connection kombu moves on to the next URL and resolves its transport
+        # from the URL's scheme again (a transport named only at construction was lost there).
+        connection.maybe_switch_next()
+        assert connection.port == 26380
+        assert isinstance(connection.transport, Transport)
     finally:
         connection.release()
     plain = app_for(ServiceSettings(redis_url="redis://127.0.0.1:6379/0")).connection_for_write()
