@@ -293,7 +293,8 @@ def test_a_failover_mid_job_and_mid_stream_loses_nothing_acknowledged(
             feeder.join(30)
 
         print(
-            f"\n{kind} {round_}: streams {sorted((o, round(t, 1)) for o, t in results)}, "
+            f"\n{kind} {round_}: new primary in {cluster.last_switch_s:.1f} s, "
+            f"streams {sorted((o, round(t, 1)) for o, t in results)}, "
             f"jobs answered 202: {len(accepted)}"
         )
         assert not unexpected, (unexpected, stack.logs())

@@ -70,6 +70,9 @@ class SentinelCluster:
         self.replicas = replicas
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
+        self.last_switch_s = 0.0
+        """The last failover's time: from the command (or the kill) until every sentinel
+        names the new primary and it is one."""
         self.ports = [free_port() for _ in range(1 + replicas)]
         self.servers: dict[int, RedisServer] = {}
         self.sentinel_ports = [free_port() for _ in range(3)]
@@ -240,15 +243,19 @@ class SentinelCluster:
             return True
 
         wait_until(started, timeout_s, "the sentinel to accept a failover")
+        begun = time.monotonic()
         new = self._wait_switch(old, timeout_s)
+        self.last_switch_s = time.monotonic() - begun
         return old, new
 
     def kill_primary(self, timeout_s: float = 30.0) -> tuple[int, int]:
         """SIGKILL the primary; once the sentinels promoted the replica, start the killed
         server again as a replica of the new primary. (old port, new port)."""
         old = self.primary_port
+        begun = time.monotonic()
         self.servers[old].kill()
         new = self._wait_switch(old, timeout_s)
+        self.last_switch_s = time.monotonic() - begun
         self._server(old, replica_of=new)
         return old, new
 
