@@ -108,9 +108,7 @@ def _moto_on_a(hosts: TwoHosts, directory: Path) -> tuple[Proc, int]:
 @pytest.fixture
 def lane(tmp_path: Path) -> Iterator[Lane]:
     with two_hosts() as hosts:
-        redis_server = HostRedis(
-            hosts.a, hosts.a_from_test, tmp_path / "redis", password=uuid.uuid4().hex
-        )
+        redis_server = HostRedis(hosts.a, hosts.a_from_test, tmp_path / "redis")
         redis_server.start()
         s3, s3_port = _moto_on_a(hosts, tmp_path / "a")
         bucket = f"twohosts-{uuid.uuid4().hex[:12]}"

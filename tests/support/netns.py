@@ -193,21 +193,23 @@ def two_hosts() -> Iterator[TwoHosts]:
 
 
 class HostRedis(RedisServer):
-    """``redis-server`` on a host: it listens on every address of that host, with a
-    password (protected mode refuses other hosts otherwise). ``reach_at`` is the address the
-    test (and :attr:`url`) uses; :meth:`url_at` gives another host's view."""
+    """``redis-server`` on a host, listening on every address of that host (protected mode
+    off: it would refuse the other host; only host B and the test can reach A's namespace).
+    ``reach_at`` is the address the test (and :attr:`url`) uses; :meth:`url_at` gives
+    another host's view."""
 
-    def __init__(self, host: Host, reach_at: str, data_dir: Path, password: str) -> None:
-        super().__init__(data_dir, host=reach_at, password=password)
+    def __init__(self, host: Host, reach_at: str, data_dir: Path) -> None:
+        super().__init__(data_dir, host=reach_at)
         self.on = host
 
     def command(self) -> list[str]:
         args = super().command()
         args[args.index("--bind") + 1] = "0.0.0.0"
+        args[args.index("--protected-mode") + 1] = "no"
         return [*self.on.prefix, *args]
 
     def url_at(self, address: str) -> str:
-        return f"redis://:{self.password}@{address}:{self.port}/0"
+        return f"redis://{address}:{self.port}/0"
 
 
 def start_process(host: Host, name: str, command: list[str], directory: Path) -> Proc:
