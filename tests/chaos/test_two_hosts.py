@@ -52,9 +52,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 METADATA = (("authorization", f"Bearer {ACME_KEY}"),)
 SURVIVOR = "gpu-a@test"
 REMOTE = "gpu-b@test"
-# ~150 chunks of about 3 s of audio each (VOICELANE_CHUNK_TARGET_AUDIO_S=3).
+# ~200 chunks of about 3 s of audio each (VOICELANE_CHUNK_TARGET_AUDIO_S=3).
 JOB_TEXT = " ".join(
-    f"Paragraph {i} talks about the weather, the harbor and the long road home." for i in range(150)
+    f"Paragraph {i} talks about the weather, the harbor and the long road home." for i in range(200)
 )
 # A live stream of about 40 s: still playing when host B goes away, after the survivor started.
 STREAM_TEXT = " ".join(
@@ -191,8 +191,8 @@ class Fault:
 
 
 def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
-    """Start the lane, open streams served by B, start a job both workers render, start the
-    survivor, then ``fault``; returns what was in flight."""
+    """Start the lane, open streams served by B, start the survivor and a job both workers
+    render, then ``fault``; returns what was in flight."""
     a, b, ledger = lane.a, lane.b, lane.ledger
     b.gpu_worker("gpu-b", concurrency=4)
     a.cpu_worker("cpu-a")
@@ -206,6 +206,8 @@ def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
     serving = [_text(ledger.redis.get(heartbeat_key(i))) for i in lane_ids]
     assert serving == [REMOTE] * STREAMS, serving
 
+    a.gpu_worker("gpu-a", concurrency=4)  # the survivor
+    a.wait_realtime_workers(2)
     with a.client() as client:
         response = client.post("/v1/jobs", json={"text": JOB_TEXT})
         assert response.status_code == 202, response.text
@@ -213,8 +215,6 @@ def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
         total: int = wait_for(
             lambda: client.get(f"/v1/jobs/{job_id}").json()["chunks_total"], 60, "the plan"
         )
-    a.gpu_worker("gpu-a", concurrency=4)  # the survivor
-    a.wait_realtime_workers(2)
     wait_for(
         lambda: {w for _, _, w in commit_log(ledger.redis, job_id)} == {SURVIVOR, REMOTE},
         60,
@@ -284,6 +284,7 @@ def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> Non
     )
     cut_s = time.monotonic() - fault.at
     lane.hosts.heal()
+    healed_at = len(commit_log(lane.ledger.redis, fault.job_id))
     lines = check_streams(lane, fault)
     per_worker = check_job(lane, fault)
     # B's late commits reached the ledger after the heal and were fenced, not counted.
@@ -293,9 +294,11 @@ def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> Non
         60,
         "host B's stale commits to be refused",
     )
+    rejoined = [w for _, _, w in commit_log(lane.ledger.redis, fault.job_id)[healed_at:]]
     print(
         f"\nlink cut {cut_s:.2f} s; B held chunks {sorted(fault.held_by_b)} at the cut; "
-        f"{fenced} stale commits fenced after the heal; commits {dict(per_worker)}"
+        f"{fenced} stale commits fenced after the heal; commits {dict(per_worker)}, "
+        f"{rejoined.count(REMOTE)} of the {len(rejoined)} after the heal by B"
     )
     print("\n".join(lines))
 
