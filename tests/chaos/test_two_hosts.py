@@ -14,6 +14,9 @@ ways) or its processes are SIGKILLed — and:
   ends UNAVAILABLE within the bound the liveness rules give (``docs/grpc.md``, Liveness);
 - after a cut, the link comes back with B's commits still in flight: they are refused
   (their leases lapsed), B's log shows them fenced.
+
+Without a survivor (B's worker the only one), a cut ends every stream UNAVAILABLE within the
+bound.
 """
 
 from __future__ import annotations
@@ -230,21 +233,21 @@ def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
     return Fault(at, job_id, total, held, runs)
 
 
-def check_streams(lane: Lane, fault: Fault) -> list[str]:
+def check_streams(lane: Lane, runs: list[StreamRun], fault_at: float) -> list[str]:
     """Every stream carried on from the survivor or ended UNAVAILABLE within the bound;
     returns one line per stream (how it ended, the gap the listener heard)."""
-    wait_for(lambda: all(run.code is not None for run in fault.runs), 180, "every stream to end")
+    wait_for(lambda: all(run.code is not None for run in runs), 180, "every stream to end")
     bound_s = unavailable_bound_s(RT)
     lines = []
-    for run in fault.runs:
+    for run in runs:
         seqs = [seq for _, seq, _ in run.chunks]
         pts = [p for _, _, p in run.chunks]
         assert seqs == list(range(len(seqs))), f"repeated or missing audio: {seqs}"
         assert all(x < y for x, y in itertools.pairwise(pts)), pts
-        before = [t for t, _, _ in run.chunks if t <= fault.at]
-        after = [t for t, _, _ in run.chunks if t > fault.at]
+        before = [t for t, _, _ in run.chunks if t <= fault_at]
+        after = [t for t, _, _ in run.chunks if t > fault_at]
         if run.code == "UNAVAILABLE":
-            took_s = run.ended_at - fault.at
+            took_s = run.ended_at - fault_at
             assert took_s <= bound_s, (took_s, bound_s, run.details)
             lines.append(f"UNAVAILABLE {took_s:.2f} s after the fault (bound {bound_s:.2f} s)")
             continue
@@ -285,7 +288,7 @@ def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> Non
     cut_s = time.monotonic() - fault.at
     lane.hosts.heal()
     healed_at = len(commit_log(lane.ledger.redis, fault.job_id))
-    lines = check_streams(lane, fault)
+    lines = check_streams(lane, fault.runs, fault.at)
     per_worker = check_job(lane, fault)
     # B's late commits reached the ledger after the heal and were fenced, not counted.
     b_log = lane.b.procs[0].log
@@ -306,7 +309,21 @@ def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> Non
 def test_host_b_killed_mid_job_and_mid_stream(lane: Lane) -> None:
     fault = break_host_b(lane, lambda: lane.hosts.kill_everything_on(lane.hosts.b))
     assert fault.held_by_b, "host B held no lease when it was killed"
-    lines = check_streams(lane, fault)
+    lines = check_streams(lane, fault.runs, fault.at)
     per_worker = check_job(lane, fault)
     print(f"\nhost B killed holding chunks {sorted(fault.held_by_b)}; commits {dict(per_worker)}")
     print("\n".join(lines))
+
+
+def test_streams_with_no_worker_left_end_unavailable_within_the_bound(lane: Lane) -> None:
+    """No survivor: host B's worker is the only one when the link is cut."""
+    lane.b.gpu_worker("gpu-b")
+    lane.a.grpc()
+    lane.a.wait_realtime_workers(1)
+    runs, _ = start_streams(lane.a.grpc_target, STREAMS)
+    wait_for(lambda: all(run.chunks for run in runs), 60, "every stream's first audio")
+    lane.hosts.partition()
+    cut_at = time.monotonic()
+    lines = check_streams(lane, runs, cut_at)
+    assert [run.code for run in runs] == ["UNAVAILABLE"] * STREAMS, lines
+    print("\n" + "\n".join(lines))
