@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
 import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +93,15 @@ class Lane:
     def logs(self) -> str:
         return f"{self.a.logs()}\n{self.b.logs()}\n----- s3 -----\n{self.s3.tail()}"
 
+    @contextmanager
+    def explained(self) -> Iterator[None]:
+        """The processes' logs printed if the block fails."""
+        try:
+            yield
+        except BaseException:
+            print(self.logs())
+            raise
+
 
 def _moto_on_a(hosts: TwoHosts, directory: Path) -> tuple[Proc, int]:
     port = free_port()
@@ -128,9 +140,6 @@ def lane(tmp_path: Path) -> Iterator[Lane]:
         built = Lane(hosts, redis_server, a, b, Ledger.from_url(redis_server.url), s3)
         try:
             yield built
-        except BaseException:
-            print(built.logs())
-            raise
         finally:
             b.stop()
             a.stop()
@@ -193,6 +202,22 @@ class Fault:
     runs: list[StreamRun]
 
 
+def held_by_b(lane: Lane, job_id: str, total: int) -> set[int]:
+    return {n for n in range(total) if lane.ledger.chunks.lease_holder(job_id, n) == REMOTE}
+
+
+def freeze_holding_a_lease(lane: Lane, job_id: str, total: int) -> None:
+    """Stop host B's worker (SIGSTOP) at a moment it holds a chunk's lease, so the fault
+    finds work in its hands (it may otherwise fall between two chunks)."""
+    worker = lane.b.procs[0].process.pid
+    while True:
+        wait_for(lambda: held_by_b(lane, job_id, total), 60, "host B to hold a chunk's lease")
+        os.killpg(worker, signal.SIGSTOP)
+        if held_by_b(lane, job_id, total):
+            return
+        os.killpg(worker, signal.SIGCONT)
+
+
 def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
     """Start the lane, open streams served by B, start the survivor and a job both workers
     render, then ``fault``; returns what was in flight."""
@@ -226,9 +251,12 @@ def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
     still = [run.code for run in runs]
     assert still == [None] * STREAMS, f"streams ended before the fault (make them longer): {still}"
 
+    freeze_holding_a_lease(lane, job_id, total)
     fault()
     at = time.monotonic()
-    held = {n for n in range(total) if ledger.chunks.lease_holder(job_id, n) == REMOTE}
+    with suppress(ProcessLookupError):  # a partitioned B runs on, unable to reach anyone
+        os.killpg(lane.b.procs[0].process.pid, signal.SIGCONT)
+    held = held_by_b(lane, job_id, total)
     assert ledger.chunks.done(job_id) != set(range(total)), "the job ended before the fault"
     return Fault(at, job_id, total, held, runs)
 
@@ -276,54 +304,59 @@ def check_job(lane: Lane, fault: Fault) -> Counter[str]:
 
 
 def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> None:
-    fault = break_host_b(lane, lane.hosts.partition)
-    assert fault.held_by_b, "host B held no lease when the link was cut"
-    # The survivor takes over B's chunks once their leases lapse; then the link comes back,
-    # with B's work on them still in flight.
-    wait_for(
-        lambda: fault.held_by_b <= lane.ledger.chunks.done(fault.job_id),
-        60,
-        "the survivor to commit the chunks B held",
-    )
-    cut_s = time.monotonic() - fault.at
-    lane.hosts.heal()
-    healed_at = len(commit_log(lane.ledger.redis, fault.job_id))
-    lines = check_streams(lane, fault.runs, fault.at)
-    per_worker = check_job(lane, fault)
-    # B's late commits reached the ledger after the heal and were fenced, not counted.
-    b_log = lane.b.procs[0].log
-    fenced = wait_for(
-        lambda: b_log.read_text(errors="replace").count("'fenced'"),
-        60,
-        "host B's stale commits to be refused",
-    )
-    rejoined = [w for _, _, w in commit_log(lane.ledger.redis, fault.job_id)[healed_at:]]
-    print(
-        f"\nlink cut {cut_s:.2f} s; B held chunks {sorted(fault.held_by_b)} at the cut; "
-        f"{fenced} stale commits fenced after the heal; commits {dict(per_worker)}, "
-        f"{rejoined.count(REMOTE)} of the {len(rejoined)} after the heal by B"
-    )
-    print("\n".join(lines))
+    with lane.explained():
+        fault = break_host_b(lane, lane.hosts.partition)
+        assert fault.held_by_b, "host B held no lease when the link was cut"
+        # The survivor takes over B's chunks once their leases lapse; then the link comes back,
+        # with B's work on them still in flight.
+        wait_for(
+            lambda: fault.held_by_b <= lane.ledger.chunks.done(fault.job_id),
+            60,
+            "the survivor to commit the chunks B held",
+        )
+        cut_s = time.monotonic() - fault.at
+        lane.hosts.heal()
+        healed_at = len(commit_log(lane.ledger.redis, fault.job_id))
+        lines = check_streams(lane, fault.runs, fault.at)
+        per_worker = check_job(lane, fault)
+        # B's late commits reached the ledger after the heal and were fenced, not counted.
+        b_log = lane.b.procs[0].log
+        fenced = wait_for(
+            lambda: b_log.read_text(errors="replace").count("'fenced'"),
+            60,
+            "host B's stale commits to be refused",
+        )
+        rejoined = [w for _, _, w in commit_log(lane.ledger.redis, fault.job_id)[healed_at:]]
+        print(
+            f"\nlink cut {cut_s:.2f} s; B held chunks {sorted(fault.held_by_b)} at the cut; "
+            f"{fenced} stale commits fenced after the heal; commits {dict(per_worker)}, "
+            f"{rejoined.count(REMOTE)} of the {len(rejoined)} after the heal by B"
+        )
+        print("\n".join(lines))
 
 
 def test_host_b_killed_mid_job_and_mid_stream(lane: Lane) -> None:
-    fault = break_host_b(lane, lambda: lane.hosts.kill_everything_on(lane.hosts.b))
-    assert fault.held_by_b, "host B held no lease when it was killed"
-    lines = check_streams(lane, fault.runs, fault.at)
-    per_worker = check_job(lane, fault)
-    print(f"\nhost B killed holding chunks {sorted(fault.held_by_b)}; commits {dict(per_worker)}")
-    print("\n".join(lines))
+    with lane.explained():
+        fault = break_host_b(lane, lambda: lane.hosts.kill_everything_on(lane.hosts.b))
+        assert fault.held_by_b, "host B held no lease when it was killed"
+        lines = check_streams(lane, fault.runs, fault.at)
+        per_worker = check_job(lane, fault)
+        print(
+            f"\nhost B killed holding chunks {sorted(fault.held_by_b)}; commits {dict(per_worker)}"
+        )
+        print("\n".join(lines))
 
 
 def test_streams_with_no_worker_left_end_unavailable_within_the_bound(lane: Lane) -> None:
     """No survivor: host B's worker is the only one when the link is cut."""
-    lane.b.gpu_worker("gpu-b")
-    lane.a.grpc()
-    lane.a.wait_realtime_workers(1)
-    runs, _ = start_streams(lane.a.grpc_target, STREAMS)
-    wait_for(lambda: all(run.chunks for run in runs), 60, "every stream's first audio")
-    lane.hosts.partition()
-    cut_at = time.monotonic()
-    lines = check_streams(lane, runs, cut_at)
-    assert [run.code for run in runs] == ["UNAVAILABLE"] * STREAMS, lines
-    print("\n" + "\n".join(lines))
+    with lane.explained():
+        lane.b.gpu_worker("gpu-b")
+        lane.a.grpc()
+        lane.a.wait_realtime_workers(1)
+        runs, _ = start_streams(lane.a.grpc_target, STREAMS)
+        wait_for(lambda: all(run.chunks for run in runs), 60, "every stream's first audio")
+        lane.hosts.partition()
+        cut_at = time.monotonic()
+        lines = check_streams(lane, runs, cut_at)
+        assert [run.code for run in runs] == ["UNAVAILABLE"] * STREAMS, lines
+        print("\n" + "\n".join(lines))
