@@ -86,7 +86,7 @@ lint: install install-chattts
 compose-check:
 	@command -v docker-compose >/dev/null || { sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq docker-compose >/dev/null; }
-	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
+	VOICELANE_API_KEYS=t:placeholder-key S3_ACCESS_KEY_ID=u S3_SECRET_ACCESS_KEY=placeholder \
 	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
 		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
 
@@ -108,6 +108,7 @@ bench: install
 	$(BIN)/python -m bench.chattts
 	$(BIN)/python -m bench.engines
 	$(BIN)/python -m bench.idle_unload
+	$(BIN)/python -m bench.capacity
 
 clean: stop
 	rm -rf $(VENV) out .voicelane .mypy_cache .ruff_cache .pytest_cache

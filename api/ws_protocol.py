@@ -22,7 +22,6 @@ from typing import Any
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.http11 import Request
 
-
 UNCOMPRESSED_PATHS = frozenset({"/v1/agent"})
 """Sockets that never negotiate per-message-deflate: the agent protocol's messages are mostly
 base64 audio, which deflate barely shrinks, at a cost that dominated the API's CPU under load

@@ -1,8 +1,9 @@
 """Benchmark: 20 jobs of 5,000 characters through the whole batch lane vs the embedded render.
 
 The lane: a real redis-server, ``voicelane api``, one GPU worker (espeak, one batcher) and
-one CPU worker as processes, storage local or moto's S3 server. All 20 jobs are submitted
-over REST at once; the wall time runs from the first submission to the last job ``done``.
+one CPU worker as processes, storage local or SeaweedFS's S3 server (``weed mini``, from
+tests/support/s3_server.py). All 20 jobs are submitted over REST at once; the wall time runs
+from the first submission to the last job ``done``.
 The baseline, in the same run: the same 20 texts rendered one after another by the embedded
 renderer in this process (engine + batcher + encoder, no Redis, no storage).
 

@@ -32,7 +32,7 @@ from voicelane.common.errors import InvalidInputError, InvalidKeyError, StorageF
 MIB = 1024 * 1024
 DEFAULT_PART_SIZE_BYTES = 8 * MIB
 MIN_PART_SIZE_BYTES = 5 * MIB
-"""S3's smallest part (all but the last); moto and MinIO enforce it too."""
+"""S3's smallest part (all but the last); SeaweedFS and MinIO enforce it too."""
 MAX_PART_SIZE_BYTES = 5 * 1024 * MIB
 MAX_KEY_CHARS = 1024
 MAX_FILENAME_CHARS = 255

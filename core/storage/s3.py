@@ -259,7 +259,7 @@ class S3Storage(Storage):
                 if code == "NoSuchLifecycleConfiguration":
                     return []
                 if code in _LIFECYCLE_UNSUPPORTED_CODES:
-                    self._log_no_lifecycle(code)
+                    self._log_no_lifecycle(f"{code} from the store")
                     return None
                 raise
         return [cast(dict[str, Any], rule) for rule in answer.get("Rules", [])]
@@ -288,14 +288,19 @@ class S3Storage(Storage):
                 code = _error_code(exc)
                 if code not in _LIFECYCLE_UNSUPPORTED_CODES:
                     raise
-                self._log_no_lifecycle(code)
+                self._log_no_lifecycle(f"{code} from the store")
+                return
+        kept = self._lifecycle_rules()
+        if kept is not None and not any(_aborts_everything(rule) for rule in kept):
+            # Older SeaweedFS releases answer 200 and keep only Expiration rules.
+            self._log_no_lifecycle("the store accepted the rule but did not keep it")
 
-    def _log_no_lifecycle(self, code: str) -> None:
+    def _log_no_lifecycle(self, reason: str) -> None:
         log.warning(
-            "storage: bucket %s has no AbortIncompleteMultipartUpload rule (%s from the "
-            "store); abandoned multipart uploads must be cleaned another way",
+            "storage: bucket %s has no AbortIncompleteMultipartUpload rule (%s); "
+            "abandoned multipart uploads must be cleaned another way",
             self._bucket,
-            code,
+            reason,
         )
 
     # -- writes --

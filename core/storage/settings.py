@@ -41,14 +41,14 @@ class LocalStorageSettings(BaseModel):
 
 
 class S3Settings(BaseModel):
-    """An S3-compatible endpoint (AWS when ``endpoint_url`` is None; MinIO in compose)."""
+    """An S3-compatible endpoint (AWS when ``endpoint_url`` is None; SeaweedFS in compose)."""
 
     model_config = ConfigDict(hide_input_in_errors=True)
 
     endpoint_url: str | None = None
     public_endpoint_url: str | None = None
     """Endpoint used to sign download links when clients reach the store under another name
-    than the workers do (``http://minio:9000`` inside compose, ``http://localhost:9000``
+    than the workers do (``http://s3:9000`` inside compose, ``http://localhost:9000``
     outside); the signature covers the host, so it must be the one clients use."""
     bucket: str = Field("voicelane", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     region: str = "us-east-1"

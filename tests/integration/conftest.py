@@ -12,9 +12,10 @@ from voicelane.core.storage import S3Settings, S3Storage
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[S3Endpoint]:
-    """moto's S3 server over real HTTP on 127.0.0.1 (or ``VOICELANE_TEST_S3_ENDPOINT_URL``)."""
-    with running_s3_server() as endpoint:
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """SeaweedFS over real HTTP on 127.0.0.1, one per session, signatures checked (or
+    ``VOICELANE_TEST_S3_ENDPOINT_URL``)."""
+    with running_s3_server(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
         yield endpoint
 
 
@@ -40,11 +41,11 @@ def s3_storage(s3_endpoint: S3Endpoint) -> Iterator[S3Storage]:
     storage = S3Storage(s3_settings(s3_endpoint, f"test-{uuid.uuid4().hex[:20]}"))
     storage.prepare()
     yield storage
-    _empty_and_remove(storage)
+    empty_and_remove(storage)
 
 
-def _empty_and_remove(storage: S3Storage) -> None:
-    """Teardown: abort uploads, delete objects and the bucket (moto keeps it all in memory)."""
+def empty_and_remove(storage: S3Storage) -> None:
+    """Teardown: abort uploads, delete objects and the bucket (one server serves the session)."""
     client = storage.client
     for upload in client.list_multipart_uploads(Bucket=storage.bucket).get("Uploads", []):
         client.abort_multipart_upload(

@@ -1,5 +1,5 @@
-"""The batch lane end to end: real redis-server, moto's S3 server over HTTP, real worker, API
-and Flower processes. Submit → done → download → decode; uploads; tenants; cancel;
+"""The batch lane end to end: real redis-server, SeaweedFS's S3 (signatures checked), real
+worker, API and Flower processes. Submit → done → download → decode; uploads; tenants; cancel;
 callbacks; Flower."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import httpx
 import pytest
@@ -147,6 +148,53 @@ def test_tenants_see_only_their_own_jobs(lane: Stack) -> None:
         assert job_id not in [j["id"] for j in other.get("/v1/jobs").json()["jobs"]]
         assert job_id in [j["id"] for j in acme.get("/v1/jobs").json()["jobs"]]
         wait_final(acme, job_id)
+
+
+def _moved(url: str, key: str) -> str:
+    """``url`` (path-style: /bucket/key) pointed at another key, its signature kept."""
+    parts = urlsplit(url)
+    bucket = parts.path.split("/")[1]
+    return parts._replace(path=f"/{bucket}/{key}").geturl()
+
+
+def _resigned(url: str) -> str:
+    """``url`` with one character of its signature changed."""
+    parts = urlsplit(url)
+    query = {name: values[0] for name, values in parse_qs(parts.query).items()}
+    signature = query["X-Amz-Signature"]
+    query["X-Amz-Signature"] = ("0" if signature[0] != "0" else "1") + signature[1:]
+    return parts._replace(query=urlencode(query, quote_via=quote)).geturl()
+
+
+def test_download_links_open_only_what_they_were_signed_for(lane: Stack) -> None:
+    """The API answers another tenant's job 404 itself; a link it handed out is checked by the
+    store (SeaweedFS in the tests): moved to another tenant's file or re-signed, it is 403."""
+    with lane.client() as acme, lane.client(OTHER_KEY) as other:
+        mine = wait_final(acme, acme.post("/v1/jobs", json={"text": "Mine alone."}).json()["id"])
+        theirs = wait_final(
+            other, other.post("/v1/jobs", json={"text": "Theirs alone."}).json()["id"]
+        )
+        assert mine["state"] == theirs["state"] == "done"
+        redirect = acme.get(f"/v1/jobs/{mine['id']}/audio")
+        assert redirect.status_code == 302
+        assert acme.get(f"/v1/jobs/{theirs['id']}/audio").status_code == 404
+    link = redirect.headers["location"]
+    their_key = urlsplit(theirs["download_url"]).path.split("/", 2)[2]
+    assert their_key.startswith(f"other/{theirs['id']}/")
+
+    assert httpx.get(link, timeout=30).status_code == 200
+    assert httpx.get(mine["download_url"], timeout=30).status_code == 200
+    subtitles = httpx.get(mine["subtitles_urls"]["srt"], timeout=30)
+    assert subtitles.status_code == 200 and "-->" in subtitles.text
+    for forged in (
+        _moved(link, their_key),
+        _moved(mine["subtitles_urls"]["srt"], their_key),
+        _resigned(link),
+        _resigned(mine["subtitles_urls"]["vtt"]),
+    ):
+        answer = httpx.get(forged, timeout=30)
+        assert answer.status_code == 403, (forged, answer.text)
+        assert not answer.content.startswith(b"OggS")
 
 
 def test_cancel_mid_job_stops_rendering_and_removes_parts(

@@ -19,7 +19,7 @@ import srt
 import webvtt
 
 from tests.support.documents import ebooklib_epub, pandoc_epub
-from tests.support.jobs import espeak_context
+from tests.support.jobs import S3_PARAM, espeak_context, storage_param
 from tests.support.tools import require_tool
 from voicelane.common.audio import decode_to_pcm
 from voicelane.core.documents import DocumentLimits, read_document
@@ -61,8 +61,10 @@ def book_text() -> tuple[str, list[ChapterInfo]]:
 
 
 @pytest.fixture
-def ctx(redis_url: str, tmp_path: Path) -> Iterator[JobContext]:
-    with espeak_context(redis_url, tmp_path, chunk_target_audio_s=2) as context:
+def ctx(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[JobContext]:
+    with espeak_context(
+        redis_url, tmp_path, storage=storage_param(request), chunk_target_audio_s=2
+    ) as context:
         yield context
 
 
@@ -285,6 +287,7 @@ def test_a_plain_text_job_gets_subtitles_too_and_no_chapters(ctx: JobContext) ->
     assert subs.chapters == ()
 
 
+@S3_PARAM
 def test_split_chapters_writes_one_file_per_chapter(ctx: JobContext, tmp_path: Path) -> None:
     text, chapters = book_text()
     job_id = run_job(

@@ -1,6 +1,6 @@
 """Chaos on the batch lane: SIGKILL the GPU worker mid-job; restart Redis with jobs queued.
 
-Real redis-server, moto's S3 server, real worker and API processes.
+Real redis-server, SeaweedFS's S3 server, real worker and API processes.
 """
 
 from __future__ import annotations

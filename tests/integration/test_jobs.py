@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support.engines import RecordingEngine
-from tests.support.jobs import Recorder, espeak_context, narrow
+from tests.support.jobs import S3_PARAM, Recorder, espeak_context, narrow, storage_param
 from tests.support.ledger import waiting_chunks
 from tests.support.tiny_fs import fill, tiny_tmpfs
 from voicelane.common.audio import probe
@@ -37,9 +37,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def ctx(redis_url: str, tmp_path: Path) -> Iterator[JobContext]:
+def ctx(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Iterator[JobContext]:
     with espeak_context(
-        redis_url, tmp_path, chunk_target_audio_s=3, max_chunk_attempts=2
+        redis_url,
+        tmp_path,
+        storage=storage_param(request),
+        chunk_target_audio_s=3,
+        max_chunk_attempts=2,
     ) as context:
         yield context
 
@@ -67,7 +71,8 @@ def test_chunks_hold_a_few_seconds_each_and_keep_order() -> None:
     assert all(len(c.texts) == len(c.paragraph_ends) >= 1 for c in chunks)
 
 
-def test_plan_render_assemble_end_to_end(ctx: JobContext) -> None:
+@S3_PARAM
+def test_plan_render_assemble_end_to_end(ctx: JobContext, tmp_path: Path) -> None:
     job_id = submit(ctx)
     total = plan_job(ctx, job_id)
     assert total > 1
@@ -82,8 +87,9 @@ def test_plan_render_assemble_end_to_end(ctx: JobContext) -> None:
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.DONE
     assert job.output_key is not None and job.duration_s is not None
-    assert isinstance(ctx.storage, LocalStorage)
-    info = probe(ctx.storage.path_for(job.output_key))
+    output = tmp_path / "output.wav"
+    output.write_bytes(ctx.storage.get_bytes(job.output_key))
+    info = probe(output)
     assert info.sample_rate_hz == 16000
     assert info.duration_s == pytest.approx(job.duration_s, abs=1e-3)
     assert info.duration_s == pytest.approx(job.audio_s, abs=1e-3)
@@ -119,6 +125,7 @@ def test_a_chunk_that_keeps_failing_fails_the_job_with_the_reason(
     assert "chunk 0 failed 2 times" in job.error and "GPU fell off the bus" in job.error
 
 
+@S3_PARAM
 def test_cancel_during_render_removes_the_part(ctx: JobContext) -> None:
     job_id = submit(ctx)
     plan_job(ctx, job_id)
@@ -186,6 +193,7 @@ def test_planning_feeds_the_render_queue_up_to_its_target_only(ctx: JobContext) 
     assert all(n >= 2 for _, n in enqueued[2:])  # type: ignore[operator]
 
 
+@S3_PARAM
 def test_jobs_past_their_retention_are_forgotten_with_their_files(ctx: JobContext) -> None:
     job_id = submit(ctx, "One short sentence.")
     plan_job(ctx, job_id)

@@ -1,27 +1,30 @@
-"""voicelane.core.storage.S3Storage against a real S3-protocol HTTP server (moto's, see
-tests/support).
-
-What moto does not check is said where it matters: presigned URL expiry and signatures,
-Content-MD5, and lifecycle rules are accepted but never enforced by it.
+"""voicelane.core.storage.S3Storage against a real S3 server: SeaweedFS, started by the tests
+(tests/support/s3_server.py), which checks signatures on requests and presigned links, link
+expiry and Content-MD5, and keeps lifecycle rules as written. What only the code under test can
+be made to do (a store error on demand, a connection cut mid-upload) is injected by wrapping
+methods of the boto3 client.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import logging
 import random
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
+import botocore.auth
 import httpx
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tests.integration.conftest import s3_settings
+from tests.integration.conftest import empty_and_remove, s3_settings
 from tests.support.s3_server import S3Endpoint
 from voicelane.common.errors import (
     InvalidInputError,
@@ -40,10 +43,11 @@ from voicelane.core.storage import (
     StorageSettings,
     open_storage,
 )
+from voicelane.core.storage import s3 as s3_module
 
 pytestmark = pytest.mark.integration
 
-PART_SIZE_BYTES = 5 * MIB  # moto enforces S3's 5 MiB minimum for all parts but the last
+PART_SIZE_BYTES = 5 * MIB  # SeaweedFS enforces S3's 5 MiB minimum (EntityTooSmall) but the last
 LARGE_SIZE_BYTES = 12 * MIB  # three parts: 5 + 5 + 2 MiB
 
 
@@ -255,6 +259,44 @@ def test_upload_large_file_is_multipart_and_verified(
     assert s3_storage.incomplete_uploads() == []
 
 
+def _damage_content_md5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Content-MD5 sent stops matching the body: what a body damaged in transit looks like
+    to the store."""
+    real = s3_module._md5_b64
+    monkeypatch.setattr(s3_module, "_md5_b64", lambda data: real(data + b"damaged"))
+
+
+def test_a_body_damaged_in_transit_is_refused_by_the_store(
+    s3_storage: S3Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _damage_content_md5(monkeypatch)
+
+    with pytest.raises(StorageError, match="BadDigest"):
+        s3_storage.put_bytes("acme/job1/final.ogg", b"OggS audio")
+
+    assert not _raw_exists(s3_storage, "acme/job1/final.ogg")
+
+
+def test_a_part_damaged_in_transit_fails_the_upload_and_leaves_nothing(
+    s3_storage: S3Storage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_file(tmp_path / "book.ogg", LARGE_SIZE_BYTES)
+    parts = _count_calls(monkeypatch, s3_storage, "upload_part")
+    _damage_content_md5(monkeypatch)
+
+    with pytest.raises(StorageError, match="BadDigest"):
+        s3_storage.upload_file(
+            "acme/job1/book.ogg",
+            tmp_path / "book.ogg",
+            content_type="audio/ogg",
+            part_size_bytes=PART_SIZE_BYTES,
+        )
+
+    assert len(parts) == 1  # the first part was refused
+    assert s3_storage.incomplete_uploads() == []
+    assert not _raw_exists(s3_storage, "acme/job1/book.ogg")
+
+
 def test_part_size_below_the_s3_minimum_is_refused(s3_storage: S3Storage, tmp_path: Path) -> None:
     _write_file(tmp_path / "f", 10)
     with pytest.raises(ValueError, match="part_size_bytes"):
@@ -394,8 +436,6 @@ def test_presigned_link_downloads_as_attachment(s3_storage: S3Storage) -> None:
     url = s3_storage.link("acme/job1/final.ogg", expires_s=600, filename="Chapter 1 – “ü”.ogg")
 
     query = parse_qs(urlsplit(url).query)
-    # moto accepts any signature and never expires a URL: what we can check here is that the
-    # URL is SigV4 and carries the lifetime asked for. Expiry is the store's job (docs/storage.md).
     assert query["X-Amz-Expires"] == ["600"]
     assert query["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]
     response = httpx.get(url, timeout=10)
@@ -415,6 +455,102 @@ def test_presigned_link_without_filename(s3_storage: S3Storage) -> None:
     response = httpx.get(url, timeout=10)
     assert (response.status_code, response.content) == (200, b"abc")
     assert "content-disposition" not in response.headers
+
+
+# What a link's holder may try, and the store itself must refuse (moto, used before, accepted all).
+SECRET_BYTES = b"OggS acme's private audio"
+OTHER_BYTES = b"OggS another job's audio"
+OTHER_TENANT_BYTES = b"OggS another tenant's audio"
+
+
+def _with_query(url: str, **changes: str) -> str:
+    parts = urlsplit(url)
+    query = {name: values[0] for name, values in parse_qs(parts.query).items()}
+    query.update(changes)
+    return parts._replace(query=urlencode(query, quote_via=quote)).geturl()
+
+
+def _with_path(url: str, key: str) -> str:
+    parts = urlsplit(url)
+    bucket = parts.path.split("/")[1]
+    return parts._replace(path=f"/{bucket}/{key}").geturl()
+
+
+def _tampered_signature(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    url = storage.link("acme/job1/final.ogg", expires_s=600)
+    signature = parse_qs(urlsplit(url).query)["X-Amz-Signature"][0]
+    flipped = ("0" if signature[-1] != "0" else "1") + signature[1:]
+    return _with_query(url, **{"X-Amz-Signature": flipped})
+
+
+def _moved_to_another_job(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    return _with_path(storage.link("acme/job1/final.ogg", expires_s=600), "acme/job2/final.ogg")
+
+
+def _moved_to_another_tenant(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    return _with_path(storage.link("acme/job1/final.ogg", expires_s=600), "other/job9/final.ogg")
+
+
+def _raised_expiry(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    url = storage.link("acme/job1/final.ogg", expires_s=600)
+    return _with_query(url, **{"X-Amz-Expires": str(MAX_LINK_EXPIRY_S)})
+
+
+def _wrong_secret(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    forger = S3Storage(
+        s3_settings(endpoint, storage.bucket, secret_access_key="not-the-secret-at-all")
+    )
+    return forger.link("acme/job1/final.ogg", expires_s=600)
+
+
+def _unknown_access_key(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    forger = S3Storage(s3_settings(endpoint, storage.bucket, access_key_id="nobody-we-know"))
+    return forger.link("acme/job1/final.ogg", expires_s=600)
+
+
+def _expired(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    """Signed by the code under test two hours ago, valid for one minute."""
+    signed_at = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) - datetime.timedelta(
+        hours=2
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(botocore.auth, "get_current_datetime", lambda *_args, **_kw: signed_at)
+        return storage.link("acme/job1/final.ogg", expires_s=60)
+
+
+def _unsigned(storage: S3Storage, endpoint: S3Endpoint) -> str:
+    return urlsplit(storage.link("acme/job1/final.ogg"))._replace(query="").geturl()
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        _tampered_signature,
+        _moved_to_another_job,
+        _moved_to_another_tenant,
+        _raised_expiry,
+        _wrong_secret,
+        _unknown_access_key,
+        _expired,
+        _unsigned,
+    ],
+    ids=lambda forge: forge.__name__.strip("_"),
+)
+def test_a_forged_link_is_refused_by_the_store(
+    s3_storage: S3Storage, s3_endpoint: S3Endpoint, forge: Callable[[S3Storage, S3Endpoint], str]
+) -> None:
+    s3_storage.put_bytes("acme/job1/final.ogg", SECRET_BYTES, content_type="audio/ogg")
+    s3_storage.put_bytes("acme/job2/final.ogg", OTHER_BYTES, content_type="audio/ogg")
+    s3_storage.put_bytes("other/job9/final.ogg", OTHER_TENANT_BYTES, content_type="audio/ogg")
+    genuine = httpx.get(s3_storage.link("acme/job1/final.ogg", expires_s=600), timeout=10)
+    assert (genuine.status_code, genuine.content) == (200, SECRET_BYTES)
+
+    forged = httpx.get(forge(s3_storage, s3_endpoint), timeout=10)
+
+    assert forged.status_code == 403, forged.text
+    assert b"OggS" not in forged.content
+    if forge is _expired:
+        assert "expired" in forged.text.lower()
 
 
 def test_link_expiry_is_clamped_and_validated(s3_storage: S3Storage) -> None:
@@ -476,18 +612,34 @@ def test_ping_fails_when_the_bucket_is_missing(s3_endpoint: S3Endpoint) -> None:
         storage.ping()
 
 
-def test_ensure_bucket_creates_bucket_and_abort_rule(s3_endpoint: S3Endpoint) -> None:
-    storage = S3Storage(s3_settings(s3_endpoint, "fresh-bucket-for-setup"))
-    storage.ensure_bucket()
-    storage.ensure_bucket()  # idempotent
+def test_ensure_bucket_creates_bucket_and_abort_rule(
+    s3_endpoint: S3Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage = S3Storage(s3_settings(s3_endpoint, f"fresh-{uuid.uuid4().hex[:16]}"))
+    with pytest.raises(StorageUnavailableError, match="does not exist"):
+        storage.ping()
 
-    rules = storage.client.get_bucket_lifecycle_configuration(Bucket=storage.bucket)["Rules"]
-    # moto stores the rule but never runs it.
+    with caplog.at_level(logging.WARNING, logger="voicelane.core.storage"):
+        storage.ensure_bucket()
+        storage.ensure_bucket()  # idempotent
+
+    rules = _lifecycle_rules(storage)  # read back from the store: kept as written
     assert [rule.get("ID") for rule in rules] == [ABORT_RULE_ID]
     assert rules[0].get("AbortIncompleteMultipartUpload") == {"DaysAfterInitiation": 1}
+    assert caplog.text == ""
     storage.ping()
-    storage.client.delete_bucket_lifecycle(Bucket=storage.bucket)
-    storage.client.delete_bucket(Bucket=storage.bucket)
+    storage.put_bytes("acme/job1/a", b"x")
+    assert storage.list_keys("") == ["acme/job1/a"]
+    empty_and_remove(storage)
+
+
+def _lifecycle_rules(storage: S3Storage) -> list[dict[str, Any]]:
+    try:
+        answer = storage.client.get_bucket_lifecycle_configuration(Bucket=storage.bucket)
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "NoSuchLifecycleConfiguration"
+        return []
+    return [dict(rule) for rule in answer["Rules"]]
 
 
 def test_ensure_bucket_keeps_existing_rules(s3_storage: S3Storage) -> None:
@@ -507,10 +659,10 @@ def test_ensure_bucket_keeps_existing_rules(s3_storage: S3Storage) -> None:
     )
     s3_storage.ensure_bucket()
 
-    rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    by_id = {rule.get("ID"): rule for rule in rules}
+    by_id = {rule.get("ID"): rule for rule in _lifecycle_rules(s3_storage)}
     assert sorted(str(rule_id) for rule_id in by_id) == sorted([ABORT_RULE_ID, "expire-tmp"])
     assert by_id["expire-tmp"].get("Expiration") == {"Days": 30}
+    assert by_id["expire-tmp"].get("Filter") == {"Prefix": "tmp/"}
 
 
 @pytest.mark.parametrize("operation", ["get", "put"])

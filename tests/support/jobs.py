@@ -1,5 +1,6 @@
-"""The job functions' context in-process for tests: real Redis, local storage, espeak behind a
-real batcher, and an enqueue that records instead of sending."""
+"""The job functions' context in-process for tests: real Redis, local storage (or the S3 test
+server's, see :func:`storage_param`), espeak behind a real batcher, and an enqueue that records
+instead of sending."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from voicelane.core.ledger import Ledger
 from voicelane.core.settings import ServiceSettings
-from voicelane.core.storage import LocalStorage, LocalStorageSettings
+from voicelane.core.storage import LocalStorage, LocalStorageSettings, Storage
 from voicelane.workers.batching import Batcher
 from voicelane.workers.engines.espeak import EspeakEngine
 from voicelane.workers.jobs import JobContext
@@ -28,11 +31,29 @@ class Recorder:
         return [args for name, args in self.calls if name == task]
 
 
+S3_PARAM = pytest.mark.parametrize("ctx", ["local", "s3"], indirect=True)
+"""Run a test whose ``ctx`` fixture uses :func:`storage_param` on both backends: local, and a
+fresh bucket of the S3 test server (SeaweedFS, signatures checked)."""
+
+
+def storage_param(request: pytest.FixtureRequest) -> Storage | None:
+    """The storage a ``ctx`` fixture was parametrized with: the ``s3_storage`` fixture's for
+    ``"s3"``, None (local) otherwise."""
+    if getattr(request, "param", "local") == "s3":
+        storage: Storage = request.getfixturevalue("s3_storage")
+        return storage
+    return None
+
+
 @contextmanager
-def espeak_context(redis_url: str, root: Path, **settings: object) -> Iterator[JobContext]:
-    """A GPU-and-CPU worker's :class:`JobContext` in this process (no lease keeper)."""
-    storage = LocalStorage(LocalStorageSettings(root=root / "storage", secret="s" * 40))
-    storage.prepare()
+def espeak_context(
+    redis_url: str, root: Path, *, storage: Storage | None = None, **settings: object
+) -> Iterator[JobContext]:
+    """A GPU-and-CPU worker's :class:`JobContext` in this process (no lease keeper), on
+    ``storage`` (default: a local directory under ``root``)."""
+    if storage is None:
+        storage = LocalStorage(LocalStorageSettings(root=root / "storage", secret="s" * 40))
+        storage.prepare()
     ledger = Ledger.from_url(redis_url)
     batcher = Batcher(EspeakEngine()).start()
     try:
