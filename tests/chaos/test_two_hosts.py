@@ -2,7 +2,7 @@
 live streams.
 
 Two hosts simulated with network namespaces (``tests/support/netns.py``): host A runs Redis,
-the S3 server (moto's), the API, the gRPC front, the CPU worker and one render worker (the
+the S3 store (SeaweedFS), the API, the gRPC front, the CPU worker and one render worker (the
 survivor); host B runs a render worker that reaches Redis and S3 across the hosts' link.
 Streams are opened while B's worker is the only one, so B serves them; a job is submitted
 and rendered by both. Then host B goes away — the link is cut (every packet dropped, both
@@ -25,7 +25,6 @@ import asyncio
 import itertools
 import os
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -36,21 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-import httpx
 import pytest
 
 from tests.integration.test_batch_lane import s3_env, wait_final
 from tests.support.ledger import commit_log
-from tests.support.netns import HostRedis, TwoHosts, start_process, two_hosts
-from tests.support.s3_server import S3Endpoint
-from tests.support.stack import ACME_KEY, Proc, Stack, wait_for
+from tests.support.netns import HostRedis, HostSeaweed, TwoHosts, two_hosts
+from tests.support.s3_server import DUMMY_ACCESS_KEY_ID, DUMMY_SECRET_ACCESS_KEY, S3Endpoint
+from tests.support.stack import ACME_KEY, Stack, wait_for
 from voicelane.api.streams import DEFAULT_BLOCK_MS, LIVENESS_CHECK_S
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core.lane.keys import heartbeat_key, owner_key
 from voicelane.core.lane.messages import lane_request_id
 from voicelane.core.ledger import Ledger
-from voicelane.core.redis_server import free_port
 from voicelane.core.settings import RealtimeSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -88,10 +85,10 @@ class Lane:
     a: Stack
     b: Stack
     ledger: Ledger
-    s3: Proc
+    s3: HostSeaweed
 
     def logs(self) -> str:
-        return f"{self.a.logs()}\n{self.b.logs()}\n----- s3 -----\n{self.s3.tail()}"
+        return f"{self.a.logs()}\n{self.b.logs()}\n----- s3: {self.s3.log_path} -----"
 
     @contextmanager
     def explained(self) -> Iterator[None]:
@@ -103,34 +100,24 @@ class Lane:
             raise
 
 
-def _moto_on_a(hosts: TwoHosts, directory: Path) -> tuple[Proc, int]:
-    port = free_port()
-    command = [sys.executable, "-m", "moto.server", "-H", "0.0.0.0", "-p", str(port)]
-    proc = start_process(hosts.a, "s3", command, directory)
-
-    def answers() -> bool:
-        if not proc.alive():
-            raise AssertionError(f"the S3 server exited:\n{proc.tail()}")
-        try:
-            return httpx.get(f"http://{hosts.a_from_test}:{port}/", timeout=1).is_success
-        except httpx.HTTPError:
-            return False
-
-    wait_for(answers, 60, "the S3 server on host A")
-    return proc, port
-
-
 @pytest.fixture
 def lane(tmp_path: Path) -> Iterator[Lane]:
     with two_hosts() as hosts:
         redis_server = HostRedis(hosts.a, hosts.a_from_test, tmp_path / "redis")
         redis_server.start()
-        s3, s3_port = _moto_on_a(hosts, tmp_path / "a")
+        s3 = HostSeaweed(
+            hosts.a,
+            hosts.a_from_test,
+            tmp_path / "s3",
+            access_key_id=DUMMY_ACCESS_KEY_ID,
+            secret_access_key=DUMMY_SECRET_ACCESS_KEY,
+        )
+        s3.start()
         bucket = f"twohosts-{uuid.uuid4().hex[:12]}"
         common = {"VOICELANE_CHUNK_TARGET_AUDIO_S": "3"}
 
         def stack(directory: str, reach_a_at: str, prefix: list[str], address: str) -> Stack:
-            endpoint = S3Endpoint(url=f"http://{reach_a_at}:{s3_port}")
+            endpoint = S3Endpoint(url=s3.url_at(reach_a_at))
             env = {**common, **s3_env(endpoint, bucket)}
             redis_url = redis_server.url_at(reach_a_at)
             return Stack(tmp_path / directory, redis_url, env, prefix=prefix, address=address)

