@@ -193,15 +193,19 @@ def held_by_b(lane: Lane, job_id: str, total: int) -> set[int]:
     return {n for n in range(total) if lane.ledger.chunks.lease_holder(job_id, n) == REMOTE}
 
 
-def freeze_holding_a_lease(lane: Lane, job_id: str, total: int) -> None:
+def freeze_holding_a_lease(lane: Lane, job_id: str, total: int) -> set[int]:
     """Stop host B's worker (SIGSTOP) at a moment it holds a chunk's lease, so the fault
-    finds work in its hands (it may otherwise fall between two chunks)."""
+    finds work in its hands (it may otherwise fall between two chunks); returns the chunks it
+    holds, read while it is stopped — what the fault then catches in its hands (read after the
+    fault instead, a lease could lapse while a slow ``iptables`` applied the cut: CI saw an
+    empty set)."""
     worker = lane.b.procs[0].process.pid
     while True:
         wait_for(lambda: held_by_b(lane, job_id, total), 60, "host B to hold a chunk's lease")
         os.killpg(worker, signal.SIGSTOP)
-        if held_by_b(lane, job_id, total):
-            return
+        held = held_by_b(lane, job_id, total)
+        if held:
+            return held
         os.killpg(worker, signal.SIGCONT)
 
 
@@ -238,12 +242,11 @@ def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
     still = [run.code for run in runs]
     assert still == [None] * STREAMS, f"streams ended before the fault (make them longer): {still}"
 
-    freeze_holding_a_lease(lane, job_id, total)
+    held = freeze_holding_a_lease(lane, job_id, total)
     at = time.monotonic()  # before: every time measured from here is the longer for it
     fault()
     with suppress(ProcessLookupError):  # a partitioned B runs on, unable to reach anyone
         os.killpg(lane.b.procs[0].process.pid, signal.SIGCONT)
-    held = held_by_b(lane, job_id, total)
     assert ledger.chunks.done(job_id) != set(range(total)), "the job ended before the fault"
     return Fault(at, job_id, total, held, runs)
 
