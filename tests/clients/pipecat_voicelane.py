@@ -35,14 +35,15 @@ from pipecat.frames.frames import (
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.workers.runner import WorkerRunner
+from pipecat_frames import STEP_TIMEOUT_S, Seen, Tap
 from voicelane_pipecat import VoicelaneTTSService, agent_url
 
 SAMPLE_RATE_HZ = 16000  # not the server's default (24000): the pipeline's rate is asked for
 UNOFFERED_RATE_HZ = 22050  # not offered by the server: 24000 is asked for and resampled
-STEP_TIMEOUT_S = 30.0
+
 TURN = (
     "Hello from Pipecat. The quick brown fox jumps over the lazy dog, "
     "and every word arrives with its time."
@@ -62,47 +63,6 @@ LONG = " ".join(
 )
 AFTER = "Back again after the interruption."
 INTERRUPT_AFTER_AUDIO_S = 2.5  # into the first sentence, while its audio arrives paced
-
-
-class Seen:
-    """Every frame at the two ends of the pipeline, with its arrival time, and a way to
-    await a condition on them."""
-
-    def __init__(self) -> None:
-        self.down: list[tuple[float, Frame]] = []
-        self.up: list[tuple[float, Frame]] = []
-        self.changed = asyncio.Event()
-
-    def add(self, frames: list[tuple[float, Frame]], frame: Frame) -> None:
-        frames.append((time.monotonic(), frame))
-        self.changed.set()
-
-    async def until(self, what: str, condition: Callable[[], Any]) -> Any:
-        try:
-            async with asyncio.timeout(STEP_TIMEOUT_S):
-                while not (value := condition()):
-                    self.changed.clear()
-                    await self.changed.wait()
-                return value
-        except TimeoutError:
-            raise TimeoutError(f"timed out waiting for {what}") from None
-
-
-class Tap(FrameProcessor):
-    """Records the frames going one way past it."""
-
-    def __init__(self, seen: Seen, direction: FrameDirection) -> None:
-        super().__init__()
-        self._seen = seen
-        self._direction = direction
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if direction == self._direction:
-            self._seen.add(
-                self._seen.down if direction == FrameDirection.DOWNSTREAM else self._seen.up, frame
-            )
-        await self.push_frame(frame, direction)
 
 
 class RecordingService(VoicelaneTTSService):

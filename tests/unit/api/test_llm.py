@@ -518,6 +518,51 @@ def test_an_old_llm_variable_is_refused_naming_the_new_one(monkeypatch: pytest.M
         ApiSettings()
 
 
+@pytest.mark.parametrize("front", [ApiSettings, GrpcSettings])
+def test_the_openai_backend_is_chosen_by_settings(
+    monkeypatch: pytest.MonkeyPatch, front: type[FrontSettings]
+) -> None:
+    """``VOICELANE_LLM__BACKEND=openai`` with its base URL and key; Ollama's variables keep
+    their meaning (the default of ``host``), and the bridge talks to the base URL."""
+    monkeypatch.setenv("OLLAMA_HOST", "http://gpu-box:11434")
+    monkeypatch.setenv("VOICELANE_LLM__BACKEND", "openai")
+    monkeypatch.setenv("VOICELANE_LLM__BASE_URL", "http://127.0.0.1:8080/v1")
+    monkeypatch.setenv("VOICELANE_LLM__API_KEY", "sk-test")
+    monkeypatch.setenv("VOICELANE_LLM__MODEL", "smollm2")
+    llm = front().llm
+    assert (llm.backend, llm.base_url, llm.model) == (
+        "openai",
+        "http://127.0.0.1:8080/v1",
+        "smollm2",
+    )
+    assert llm.api_key is not None and llm.api_key.get_secret_value() == "sk-test"
+    assert "sk-test" not in repr(llm)
+    assert llm.host == "http://gpu-box:11434"
+    assert llm.address == LlmBridge(llm).host == "http://127.0.0.1:8080/v1"
+    assert front().llm.model_copy(update={"backend": "ollama"}).address == "http://gpu-box:11434"
+
+
+def test_the_openai_backend_needs_a_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICELANE_LLM__BACKEND", "openai")
+    monkeypatch.delenv("VOICELANE_LLM__BASE_URL", raising=False)
+    with pytest.raises(ValueError, match="needs VOICELANE_LLM__BASE_URL"):
+        ApiSettings()
+    monkeypatch.setenv("VOICELANE_LLM__BACKEND", "vllm")
+    with pytest.raises(ValueError, match="backend"):
+        ApiSettings()
+
+
+@pytest.mark.parametrize("name", ["BACKEND", "BASE_URL", "API_KEY", "MODEL"])
+def test_the_single_underscore_spellings_are_refused_naming_the_tree_name(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The issue's ``VOICELANE_LLM_BASE_URL`` spelling is the settings tree's
+    ``VOICELANE_LLM__BASE_URL``: set the other, the front stops at start saying so."""
+    monkeypatch.setenv(f"VOICELANE_LLM_{name}", "x")
+    with pytest.raises(ConfigError, match=f"VOICELANE_LLM_{name} is now VOICELANE_LLM__{name}"):
+        ApiSettings()
+
+
 @async_test
 async def test_the_cap_belongs_to_the_bridge(standin: OllamaStandin) -> None:
     """Each bridge has its own ``max_parallel`` slots, sized by its own settings (a front
