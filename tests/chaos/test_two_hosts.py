@@ -193,16 +193,38 @@ def held_by_b(lane: Lane, job_id: str, total: int) -> set[int]:
     return {n for n in range(total) if lane.ledger.chunks.lease_holder(job_id, n) == REMOTE}
 
 
+def _stopped_tasks(group: int) -> bool | None:
+    """Whether every thread of every process in process group ``group`` is stopped."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) != group:
+                continue
+            states = [
+                (t / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                for t in (proc / "task").iterdir()
+            ]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue  # gone meanwhile
+        if any(state not in ("T", "t") for state in states):
+            return False
+    return True
+
+
 def freeze_holding_a_lease(lane: Lane, job_id: str, total: int) -> set[int]:
     """Stop host B's worker (SIGSTOP) at a moment it holds a chunk's lease, so the fault
     finds work in its hands (it may otherwise fall between two chunks); returns the chunks it
     holds, read while it is stopped — what the fault then catches in its hands (read after the
     fault instead, a lease could lapse while a slow ``iptables`` applied the cut: CI saw an
-    empty set)."""
+    empty set). Read only once every thread has stopped: ``killpg`` returns before they do
+    (each stops when next scheduled), and a commit sent meanwhile was counted for B after a
+    read that still showed its lease (seen in one run)."""
     worker = lane.b.procs[0].process.pid
     while True:
         wait_for(lambda: held_by_b(lane, job_id, total), 60, "host B to hold a chunk's lease")
         os.killpg(worker, signal.SIGSTOP)
+        wait_for(lambda: _stopped_tasks(worker), 10, "host B's worker to stop")
         held = held_by_b(lane, job_id, total)
         if held:
             return held

@@ -106,9 +106,12 @@ def test_a_lease_excludes_others_and_fences_stale_commits(ledger: Ledger) -> Non
     second = ledger.chunks.acquire(job_id, 0, "w2", ttl_s=30)
     assert second.status == "acquired" and second.token > first.token
     assert ledger.chunks.commit(job_id, 0, first, 1.0) == "fenced"
+    assert ledger.chunks.parts(job_id) == {}  # a fenced commit records no part
     assert ledger.chunks.commit(job_id, 0, second, 1.0) == "committed"
+    assert ledger.chunks.commit(job_id, 0, first, 1.0) == "fenced"  # late: still refused
     assert ledger.chunks.acquire(job_id, 0, "w3", ttl_s=30).status == "done"
     assert commit_log(ledger.redis, job_id) == [(0, second.token, "w2")]
+    assert ledger.chunks.parts(job_id) == {0: second.token}  # what assembly reads
     assert ledger.chunks.orphaned(job_id) == []
 
 
