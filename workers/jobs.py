@@ -454,17 +454,21 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
     if outcome is CommitOutcome.ASSEMBLE:
         ctx.enqueue(ASSEMBLE_TASK, job_id)
     elif outcome is not CommitOutcome.COMMITTED:
-        # Did not count (fenced, duplicate; or the job ended meanwhile): this attempt's part
-        # is nobody's, and only this attempt ever wrote its key.
-        _delete_part(ctx, job, n, lease.token)
+        _drop_uncounted_part(ctx, job, n, lease.token)
     _feed_quietly(ctx, job.options.engine)
     return outcome
 
 
-def _delete_part(ctx: JobContext, job: Job, n: int, token: int) -> None:
-    """Delete an attempt's part that did not count; one left behind (a failure here, a
-    worker that died before its commit) goes with the job's parts prefix at cleanup."""
+def _drop_uncounted_part(ctx: JobContext, job: Job, n: int, token: int) -> None:
+    """Delete the part of an attempt whose commit did not count now (fenced, duplicate; or the
+    job ended meanwhile): nobody reads it, and only this attempt ever wrote its key — unless
+    this very commit had counted before, its answer lost and the command sent again (the
+    client retries once on a dropped connection): then it is the chunk's part and stays. One
+    left behind (a failure here, a worker that died before its commit) goes with the job's
+    parts prefix at cleanup."""
     try:
+        if ctx.ledger.chunks.part(job.id, n) == token:
+            return
         ctx.storage.delete(part_key(job, n, token))
         ctx.storage.delete(timings_key(job, n, token))
     except Exception:

@@ -110,6 +110,11 @@ class Chunks:
         )
         return CommitOutcome(text_of(status) or "")
 
+    def part(self, job_id: str, n: int) -> int | None:
+        """The token of chunk ``n``'s counted commit; None while none counted."""
+        token = cast(bytes | None, self.redis.hget(CHUNK_PARTS.key(job_id), str(n)))
+        return None if token is None else int(token)
+
     def parts(self, job_id: str) -> dict[int, int]:
         """Chunk n -> the token of the attempt whose commit counted: the part to assemble.
         A chunk committed before commits recorded it is missing (its part has the old

@@ -19,7 +19,7 @@ from tests.support.tiny_fs import fill, tiny_tmpfs
 from voicelane.common.audio import probe
 from voicelane.common.errors import EngineError, StorageFullError
 from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, RENDER_CHUNK_TASK
-from voicelane.core.ledger import JobOptions, JobState, Ledger
+from voicelane.core.ledger import CommitOutcome, JobOptions, JobState, Lease, Ledger
 from voicelane.core.ledger.keys import CHUNK_LEASE, CHUNK_PARTS
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings, Storage, StoredObject
@@ -212,6 +212,30 @@ def test_an_attempt_that_lost_its_lease_never_touches_the_committed_part(
     assert job is not None and job.output_key is not None
     samples = wav_samples(ctx.storage.get_bytes(job.output_key), tmp_path)
     assert np.array_equal(samples[: len(part)], part)
+
+
+def test_a_commit_sent_twice_keeps_its_part(
+    ctx: JobContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit counted but its answer was lost and the client sent it again: the second
+    # answer is "inactive" (it completed the job) or "fenced" — the part must stay.
+    job_id = submit(ctx)
+    total = plan_job(ctx, job_id)
+    commit = ctx.ledger.chunks.commit
+
+    def twice(job_id: str, n: int, lease: Lease, audio_s: float) -> CommitOutcome:
+        commit(job_id, n, lease, audio_s)
+        return commit(job_id, n, lease, audio_s)
+
+    monkeypatch.setattr(ctx.ledger.chunks, "commit", twice)
+    assert [render_chunk(ctx, job_id, n) for n in range(total)] == ["fenced"] * (total - 1) + [
+        "inactive"
+    ]
+    monkeypatch.undo()
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None and job.state is JobState.ASSEMBLING
+    assert sorted(ctx.ledger.chunks.parts(job_id)) == list(range(total))
+    assert assemble_job(ctx, job_id)
 
 
 @S3_PARAM
