@@ -173,12 +173,15 @@ def wav_samples(data: bytes, tmp_path: Path) -> np.ndarray:
 
 
 @S3_PARAM
+@pytest.mark.parametrize("finished", [False, True], ids=["fenced", "job-finished"])
 def test_an_attempt_that_lost_its_lease_never_touches_the_committed_part(
-    ctx: JobContext, tmp_path: Path
+    ctx: JobContext, tmp_path: Path, finished: bool
 ) -> None:
     # Two-host chaos (issue 25): a worker cut off mid-upload lost its lease, the chunk was
-    # committed by another, and the late attempt's upload must not change what assembly
-    # reads — whatever a store does with it, it is never under the winner's key.
+    # committed by another (and, ``finished``, every other chunk too: the late commit finds
+    # the job assembling), and the late attempt's upload must not change what assembly
+    # reads — whatever a store does with it, it is never under the winner's key, and the
+    # late attempt's clean-up never deletes the winner's part.
     job_id = submit(ctx)
     total = plan_job(ctx, job_id)
     assert total > 1
@@ -189,15 +192,17 @@ def test_an_attempt_that_lost_its_lease_never_touches_the_committed_part(
     def lapse_and_lose() -> None:  # the stale attempt rendered; now its lease lapses
         ctx.ledger.redis.delete(CHUNK_LEASE.key(job_id, 0))
         outcomes.append(render_chunk(winning, job_id, 0))
+        if finished:
+            outcomes.extend(render_chunk(winning, job_id, n) for n in range(1, total))
 
     stale = Uploads(ctx.storage, before_audio=lapse_and_lose)
     late = dataclasses.replace(ctx, storage=cast(Storage, stale), worker_name="stale@test")
-    assert render_chunk(late, job_id, 0) == "fenced"
-    assert outcomes == ["committed"] and stale.garbled
+    assert render_chunk(late, job_id, 0) == ("inactive" if finished else "fenced")
+    assert outcomes[0] == "committed" and stale.garbled
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None
     (stale_audio,) = [k for k in stale.keys if k.endswith(".s16")]
-    (winner_audio,) = [k for k in winner.keys if k.endswith(".s16")]
+    winner_audio = next(k for k in winner.keys if k.endswith(".s16"))
     assert stale_audio != winner_audio
     assert not set(stale.keys) & set(winner.keys)
     token = ctx.ledger.chunks.parts(job_id)[0]
@@ -205,8 +210,9 @@ def test_an_attempt_that_lost_its_lease_never_touches_the_committed_part(
     assert not ctx.storage.exists(stale_audio)  # the loser deletes its own part
     part = np.frombuffer(ctx.storage.get_bytes(winner_audio), dtype=np.int16)
     assert int(np.abs(part).max()) > 1000 and not np.all(part == part[0])
-    for n in range(1, total):
-        render_chunk(ctx, job_id, n)
+    if not finished:
+        for n in range(1, total):
+            render_chunk(ctx, job_id, n)
     assert assemble_job(ctx, job_id)
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None and job.output_key is not None
