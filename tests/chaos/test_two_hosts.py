@@ -314,6 +314,59 @@ def check_job(lane: Lane, fault: Fault) -> Counter[str]:
     return Counter(w for _, _, w in log)
 
 
+class Return(threading.Thread):
+    """Notes when host B's first commit after the heal lands: polls the commit logs of the
+    jobs in ``jobs`` (appended to as they are submitted) from the heal on."""
+
+    def __init__(self, lane: Lane, job_id: str) -> None:
+        super().__init__(daemon=True)
+        self.redis = lane.ledger.redis
+        self.healed_at = time.monotonic()
+        self.jobs = {job_id: len(commit_log(self.redis, job_id))}
+        self.back_s: float | None = None
+        self.stop = threading.Event()
+
+    def seconds(self) -> float | None:
+        """Seconds from the heal to B's first commit; None while none."""
+        return self.back_s
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            for job_id, since in list(self.jobs.items()):
+                if REMOTE in (w for _, _, w in commit_log(self.redis, job_id)[since:]):
+                    self.back_s = time.monotonic() - self.healed_at
+                    return
+
+
+def b_came_back(lane: Lane, back: Return) -> str:
+    """How host B's Celery consumer took work again after the heal: during the first job, or
+    (it ended first) a second job's, within 120 s of its submission."""
+    first_s = back.seconds()
+    if first_s is not None:
+        return f"B committed again {first_s:.2f} s after the heal"
+    with lane.a.client() as client:
+        response = client.post("/v1/jobs", json={"text": JOB_TEXT[: len(JOB_TEXT) // 4]})
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        back.jobs[job_id] = 0
+        second_s = time.monotonic() - back.healed_at
+        with suppress(AssertionError):
+            wait_for(
+                lambda: back.seconds() is not None, 120, "host B's first commit after the heal"
+            )
+        wait_final(client, job_id, timeout_s=240)
+    back.stop.set()
+    first_s = back.seconds()
+    if first_s is None:
+        return (
+            f"B committed nothing after the heal (a second job submitted {second_s:.2f} s after it)"
+        )
+    return (
+        f"B committed again {first_s:.2f} s after the heal, in a second job "
+        f"(submitted {second_s:.2f} s after the heal: the first ended without B)"
+    )
+
+
 def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> None:
     with lane.explained():
         fault = break_host_b(lane, lane.hosts.partition)
@@ -327,7 +380,9 @@ def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> Non
         )
         cut_s = time.monotonic() - fault.at
         lane.hosts.heal()
-        healed_at = len(commit_log(lane.ledger.redis, fault.job_id))
+        back = Return(lane, fault.job_id)
+        back.start()
+        healed_at = back.jobs[fault.job_id]
         lines = check_streams(lane, fault.runs, fault.at)
         per_worker = check_job(lane, fault)
         # B's late commits reached the ledger after the heal and were fenced, not counted.
@@ -338,10 +393,11 @@ def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> Non
             "host B's stale commits to be refused",
         )
         rejoined = [w for _, _, w in commit_log(lane.ledger.redis, fault.job_id)[healed_at:]]
+        returned = b_came_back(lane, back)
         print(
             f"\nlink cut {cut_s:.2f} s; B held chunks {sorted(fault.held_by_b)} at the cut; "
             f"{fenced} stale commits fenced after the heal; commits {dict(per_worker)}, "
-            f"{rejoined.count(REMOTE)} of the {len(rejoined)} after the heal by B"
+            f"{rejoined.count(REMOTE)} of the {len(rejoined)} after the heal by B; {returned}"
         )
         print("\n".join(lines))
 
