@@ -13,7 +13,8 @@ ways) or its processes are SIGKILLed — and:
 - every stream either carries on from A (no repeated or reordered audio, finished by A) or
   ends UNAVAILABLE within the bound the liveness rules give (``docs/grpc.md``, Liveness);
 - after a cut, the link comes back with B's commits still in flight: they are refused
-  (their leases lapsed), B's log shows them fenced.
+  (their leases lapsed), B's log shows them fenced; and B takes work again by itself (in
+  the job, or in a second one when the first ended without it).
 
 Without a survivor (B's worker the only one), a cut ends every stream UNAVAILABLE within the
 bound.
@@ -339,8 +340,8 @@ class Return(threading.Thread):
 
 
 def b_came_back(lane: Lane, back: Return) -> str:
-    """How host B's Celery consumer took work again after the heal: during the first job, or
-    (it ended first) a second job's, within 120 s of its submission."""
+    """Host B's Celery consumer takes work again after the heal: during the first job, or (it
+    ended first) a second job's, within 120 s of its submission; returns when."""
     first_s = back.seconds()
     if first_s is not None:
         return f"B committed again {first_s:.2f} s after the heal"
@@ -357,10 +358,10 @@ def b_came_back(lane: Lane, back: Return) -> str:
         wait_final(client, job_id, timeout_s=240)
     back.stop.set()
     first_s = back.seconds()
-    if first_s is None:
-        return (
-            f"B committed nothing after the heal (a second job submitted {second_s:.2f} s after it)"
-        )
+    assert first_s is not None, (
+        f"host B committed nothing after the heal (a second job submitted {second_s:.2f} s "
+        "after it, waited for 120 s)"
+    )
     return (
         f"B committed again {first_s:.2f} s after the heal, in a second job "
         f"(submitted {second_s:.2f} s after the heal: the first ended without B)"
