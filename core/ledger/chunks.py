@@ -49,10 +49,11 @@ class CommitOutcome(enum.StrEnum):
     ASSEMBLE = "assemble"
     """This commit completed the job: assemble it (told to one commit only)."""
     FENCED = "fenced"
-    """The lease was lost (lapsed, taken over): the commit did not count."""
+    """The lease was lost (lapsed, taken over): the commit did not count — whatever became of
+    the job since (a late commit is told so even after the job ended)."""
     DUPLICATE = "duplicate"
     INACTIVE = "inactive"
-    """The job is no longer rendering (cancelled, failed)."""
+    """The lease held, but the job is no longer rendering (cancelled, failed)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,7 +181,8 @@ def test_an_attempt_that_lost_its_lease_never_touches_the_committed_part(
     # committed by another (and, ``finished``, every other chunk too: the late commit finds
     # the job assembling), and the late attempt's upload must not change what assembly
     # reads — whatever a store does with it, it is never under the winner's key, and the
-    # late attempt's clean-up never deletes the winner's part.
+    # late attempt's clean-up never deletes the winner's part (with one key per chunk, the
+    # late commit answered "inactive" deleted it: NoSuchKey at assembly).
     job_id = submit(ctx)
     total = plan_job(ctx, job_id)
     assert total > 1
@@ -197,7 +198,7 @@ def test_an_attempt_that_lost_its_lease_never_touches_the_committed_part(
 
     stale = Uploads(ctx.storage, before_audio=lapse_and_lose)
     late = dataclasses.replace(ctx, storage=cast(Storage, stale), worker_name="stale@test")
-    assert render_chunk(late, job_id, 0) == ("inactive" if finished else "fenced")
+    assert render_chunk(late, job_id, 0) == "fenced"
     assert outcomes[0] == "committed" and stale.garbled
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None
@@ -224,7 +225,7 @@ def test_a_commit_sent_twice_keeps_its_part(
     ctx: JobContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The commit counted but its answer was lost and the client sent it again: the second
-    # answer is "inactive" (it completed the job) or "fenced" — the part must stay.
+    # answer is "fenced" (its own commit dropped the lease) — the part must stay.
     job_id = submit(ctx)
     total = plan_job(ctx, job_id)
     commit = ctx.ledger.chunks.commit
@@ -234,9 +235,7 @@ def test_a_commit_sent_twice_keeps_its_part(
         return commit(job_id, n, lease, audio_s)
 
     monkeypatch.setattr(ctx.ledger.chunks, "commit", twice)
-    assert [render_chunk(ctx, job_id, n) for n in range(total)] == ["fenced"] * (total - 1) + [
-        "inactive"
-    ]
+    assert [render_chunk(ctx, job_id, n) for n in range(total)] == ["fenced"] * total
     monkeypatch.undo()
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None and job.state is JobState.ASSEMBLING
