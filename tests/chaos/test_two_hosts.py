@@ -194,23 +194,13 @@ def held_by_b(lane: Lane, job_id: str, total: int) -> set[int]:
     return {n for n in range(total) if lane.ledger.chunks.lease_holder(job_id, n) == REMOTE}
 
 
-def _stopped_tasks(group: int) -> bool | None:
-    """Whether every thread of every process in process group ``group`` is stopped."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) != group:
-                continue
-            states = [
-                (t / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                for t in (proc / "task").iterdir()
-            ]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue  # gone meanwhile
-        if any(state not in ("T", "t") for state in states):
-            return False
-    return True
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+    return all(state in ("T", "t") for state in states)
 
 
 def freeze_holding_a_lease(lane: Lane, job_id: str, total: int) -> set[int]:
@@ -225,7 +215,7 @@ def freeze_holding_a_lease(lane: Lane, job_id: str, total: int) -> set[int]:
     while True:
         wait_for(lambda: held_by_b(lane, job_id, total), 60, "host B to hold a chunk's lease")
         os.killpg(worker, signal.SIGSTOP)
-        wait_for(lambda: _stopped_tasks(worker), 10, "host B's worker to stop")
+        wait_for(lambda: _stopped(worker), 10, "host B's worker to stop")
         held = held_by_b(lane, job_id, total)
         if held:
             return held
