@@ -285,8 +285,13 @@ def check_streams(lane: Lane, runs: list[StreamRun], fault_at: float) -> list[st
         assert arrivals[-1] > fault_at, "the stream had ended before the fault"
         finisher = _text(lane.ledger.redis.get(owner_key(lane_request_id("acme", run.request_id))))
         assert finisher == SURVIVOR, finisher
-        gap_s = max(b - a for a, b in itertools.pairwise(arrivals))  # the takeover's silence
-        lines.append(f"resumed on host A: gap {gap_s:.2f} s, {len(seqs)} chunks, none repeated")
+        gap_s, before_s = max(  # the takeover's silence, and when it began (from the fault)
+            (b - a, a - fault_at) for a, b in itertools.pairwise(arrivals)
+        )
+        lines.append(
+            f"resumed on host A: gap {gap_s:.2f} s (from {before_s:+.2f} s), "
+            f"{len(seqs)} chunks, none repeated"
+        )
     return lines
 
 
