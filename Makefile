@@ -43,10 +43,11 @@ install-chattts: $(CHATTTS_STAMP)
 # own, on a free port); ffmpeg's ffprobe, which reads the books' chapter marks back; pandoc,
 # a third-party EPUB producer for the document tests; chromium and chromium-driver, the
 # headless browser of the playground's tests (tests/browser), and axe-core (npm, pinned, into
-# .venv/npm) for their accessibility check.
+# .venv/npm) for their accessibility check; iproute2 and iptables, which build the two
+# simulated hosts of tests/chaos/test_two_hosts.py (network namespaces, a cut link).
 PROMETHEUS_STAMP := $(VENV)/.installed-test-tools
 $(PROMETHEUS_STAMP): scripts/install-system-deps.sh scripts/install-browser-deps.sh $(SYSTEM_STAMP)
-	PYTHON=$(PYTHON) scripts/install-system-deps.sh prometheus ffmpeg pandoc chromium chromium-driver
+	PYTHON=$(PYTHON) scripts/install-system-deps.sh prometheus ffmpeg pandoc chromium chromium-driver iproute2 iptables
 	PYTHON=$(PYTHON) VENV=$(VENV) scripts/install-browser-deps.sh
 	@touch $@
 

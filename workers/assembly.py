@@ -62,14 +62,15 @@ def build_job_files(
     storage: Storage,
     folder: Path,
     *,
-    part_key: Callable[[Job, int], str],
-    timings_key: Callable[[Job, int], str],
+    part_key: Callable[[int], str],
+    timings_key: Callable[[int], str],
     first_chunks: list[int],
     chapter_pause_s: float,
     touch: Callable[[], None],
 ) -> AssembledFiles:
-    """Decode the parts in order into the job's format in ``folder``; ``touch`` is called
-    every few chunks (the ledger's sign of life)."""
+    """Decode the parts in order into the job's format in ``folder``: chunk n's audio and
+    timings from ``part_key(n)`` and ``timings_key(n)`` (the keys its counted commit
+    recorded); ``touch`` is called every few chunks (the ledger's sign of life)."""
     fmt = AudioFormat(job.options.format)
     rate = job.options.sample_rate_hz
     book = job.options.book
@@ -100,12 +101,10 @@ def build_job_files(
                         chapter_files.append(folder / f"chapter-{chapter + 1:03d}.{fmt.extension}")
                         chapter_writer = open_writer(chapter_files[-1], fmt, rate)
                 previous = chapter
-                pcm = int16_to_float(
-                    np.frombuffer(storage.get_bytes(part_key(job, n)), dtype=np.int16)
-                )
+                pcm = int16_to_float(np.frombuffer(storage.get_bytes(part_key(n)), dtype=np.int16))
                 if complete:
                     try:
-                        timings = read_chunk_timings(storage.get_bytes(timings_key(job, n)))
+                        timings = read_chunk_timings(storage.get_bytes(timings_key(n)))
                     except StorageNotFoundError:
                         complete = False  # planned before subtitles: none for this job
                     else:

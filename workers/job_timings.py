@@ -1,11 +1,12 @@
 """A job chunk's timings as stored beside its audio, and read back by the assembler.
 
 A render worker times every segment of its chunk (:class:`voicelane.workers.render.Timeline`)
-in the chunk's own clock, and stores them as JSON next to the part
-(``{tenant}/{job}/parts/{n:06d}.json``), written before the part's audio and overwritten
-with it when a chunk is retried: a committed part always has the timings of the render that
-made it. The assembler shifts each chunk's timings by where its audio lands in the file
-(earlier chunks, chapter pauses) and turns them into subtitles.
+in the chunk's own clock, and stores them as JSON next to the part, under the attempt's own
+key like its audio (``{tenant}/{job}/parts/{n:06d}.{token}.json``,
+:func:`voicelane.workers.jobs.timings_key`), written before the part's audio: a committed
+part always has the timings of the render that made it, and no other attempt writes them.
+The assembler shifts each chunk's timings by where its audio lands in the file (earlier
+chunks, chapter pauses) and turns them into subtitles.
 
 The JSON: ``{"v": 1, "samples": N, "word_timings": bool, "sentences": [[text, start_ms,
 end_ms, char_start, char_end, [[text, start_ms, end_ms, char_start, char_end], ...]], ...]}``

@@ -5,8 +5,8 @@ too. Each function is idempotent — safe to run twice, or after a crash half-wa
 
 * ``plan_job`` only moves a job out of ``queued``/``planning``;
 * ``render_chunk`` leases the chunk (fencing token), skips it when already committed, stores
-  its audio under a deterministic key and commits with its lease; only the commit that
-  completes the job returns ``assemble``;
+  its audio under a key of its own attempt (the chunk and its token) and commits with its
+  lease; only the commit that completes the job returns ``assemble``;
 * ``assemble_job`` runs under a lease (renewed while it works, lapsing within seconds if its
   worker dies), only for a job in ``assembling``, and the ledger moves it to ``done`` only
   after the upload was verified, and only for the lease's holder.
@@ -99,16 +99,25 @@ class JobContext:
 
 
 def parts_prefix(job: Job) -> str:
+    """Where the job's parts are: every attempt's, committed or not (cleanup deletes it)."""
     return f"{job.tenant}/{job.id}/parts/"
 
 
-def part_key(job: Job, n: int) -> str:
-    return f"{parts_prefix(job)}{n:06d}.s16"
+def _part_stem(job: Job, n: int, token: int | None) -> str:
+    return f"{parts_prefix(job)}{n:06d}" if token is None else f"{parts_prefix(job)}{n:06d}.{token}"
 
 
-def timings_key(job: Job, n: int) -> str:
-    """Chunk ``n``'s sentence and word timings (JSON), beside its audio."""
-    return f"{parts_prefix(job)}{n:06d}.json"
+def part_key(job: Job, n: int, token: int | None) -> str:
+    """The audio of chunk ``n`` as rendered by the attempt holding fencing token ``token``:
+    each attempt writes its own object, so an attempt that lost its lease (its upload cut
+    short, late, or retried) never touches the one its chunk's commit recorded. None: the
+    key of a part committed before parts were keyed per attempt (shared by every attempt)."""
+    return f"{_part_stem(job, n, token)}.s16"
+
+
+def timings_key(job: Job, n: int, token: int | None) -> str:
+    """That attempt's sentence and word timings (JSON), beside its audio."""
+    return f"{_part_stem(job, n, token)}.json"
 
 
 def output_key(job: Job) -> str:
@@ -420,14 +429,13 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
             else None
         )
         pcm = _render_plan(ctx, job, plan, timeline)
-        key = part_key(job, n)
         if timeline is not None:  # before the audio: a committed part always has its timings
             ctx.storage.put_bytes(
-                timings_key(job, n),
+                timings_key(job, n, lease.token),
                 chunk_timings_json(timeline, len(pcm)),
                 content_type="application/json",
             )
-        ctx.storage.put_bytes(key, float_to_int16(pcm).tobytes())
+        ctx.storage.put_bytes(part_key(job, n, lease.token), float_to_int16(pcm).tobytes())
         audio_s = len(pcm) / job.options.sample_rate_hz
         outcome = ledger.chunks.commit(job_id, n, lease, audio_s)
     except BaseException as error:
@@ -444,11 +452,26 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
             ctx.leases.drop(job_id, n)
     if outcome is CommitOutcome.ASSEMBLE:
         ctx.enqueue(ASSEMBLE_TASK, job_id)
-    elif outcome is CommitOutcome.INACTIVE:  # cancelled or failed meanwhile: drop the part
-        ctx.storage.delete(key)
-        ctx.storage.delete(timings_key(job, n))
+    elif outcome is not CommitOutcome.COMMITTED:
+        _drop_uncounted_part(ctx, job, n, lease.token)
     _feed_quietly(ctx, job.options.engine)
     return outcome
+
+
+def _drop_uncounted_part(ctx: JobContext, job: Job, n: int, token: int) -> None:
+    """Delete the part of an attempt whose commit did not count now (fenced, duplicate; or the
+    job ended meanwhile): nobody reads it, and only this attempt ever wrote its key — unless
+    this very commit had counted before, its answer lost and the command sent again (the
+    client retries once on a dropped connection): then it is the chunk's part and stays. One
+    left behind (a failure here, a worker that died before its commit) goes with the job's
+    parts prefix at cleanup."""
+    try:
+        if ctx.ledger.chunks.part(job.id, n) == token:
+            return
+        ctx.storage.delete(part_key(job, n, token))
+        ctx.storage.delete(timings_key(job, n, token))
+    except Exception:
+        log.exception("could not delete job %s chunk %d's uncounted part", job.id, n)
 
 
 def _feed_quietly(ctx: JobContext, engine: str) -> None:
@@ -506,13 +529,14 @@ def assemble_job(ctx: JobContext, job_id: str) -> bool:
     try:
         fmt = AudioFormat(job.options.format)
         extras = ledger.jobs.extras(job_id)
+        tokens = ledger.chunks.parts(job_id)  # exactly the parts the commits counted
         with tempfile.TemporaryDirectory(prefix="voicelane-assemble-") as tmp:
             built = build_job_files(
                 job,
                 ctx.storage,
                 Path(tmp),
-                part_key=part_key,
-                timings_key=timings_key,
+                part_key=lambda n: part_key(job, n, tokens.get(n)),
+                timings_key=lambda n: timings_key(job, n, tokens.get(n)),
                 first_chunks=json.loads(extras.get("chapter_chunks", "[]")),
                 chapter_pause_s=ctx.settings.chapter_pause_s,
                 touch=lambda: ledger.jobs.touch(job_id),

@@ -2,10 +2,12 @@
 
 A worker *leases* a chunk: the lease is a lock (:mod:`~voicelane.core.ledger.locks`) whose
 owner is ``{token}|{worker}``, the token the job's next fencing token. It renders the chunk,
-stores the audio under a deterministic key and *commits* with its lease. A commit counts only
-while its lease still holds (fencing), so two workers can never both commit one chunk; the
-``done`` set means a duplicate commit cannot count twice; the commit that completes the set
-moves the job to ``assembling`` and is told so — exactly once.
+stores the audio under a key of that attempt's own (the chunk and its token: no two attempts
+ever write one object, whatever a store does with an upload cut short) and *commits* with its
+lease. A commit counts only while its lease still holds (fencing), so two workers can never
+both commit one chunk; the ``done`` set means a duplicate commit cannot count twice; the
+counted commit records its token (:meth:`Chunks.parts`: the parts assembly reads); the commit
+that completes the set moves the job to ``assembling`` and is told so — exactly once.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import redis
 from voicelane.core.ledger.keys import (
     ATTEMPTS,
     CHUNK_LEASE,
+    CHUNK_PARTS,
     CHUNKS_DONE,
     CHUNKS_STARTED,
     COMMITS,
@@ -46,10 +49,11 @@ class CommitOutcome(enum.StrEnum):
     ASSEMBLE = "assemble"
     """This commit completed the job: assemble it (told to one commit only)."""
     FENCED = "fenced"
-    """The lease was lost (lapsed, taken over): the commit did not count."""
+    """The lease was lost (lapsed, taken over): the commit did not count — whatever became of
+    the job since (a late commit is told so even after the job ended)."""
     DUPLICATE = "duplicate"
     INACTIVE = "inactive"
-    """The job is no longer rendering (cancelled, failed)."""
+    """The lease held, but the job is no longer rendering (cancelled, failed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,17 +97,31 @@ class Chunks:
         return self.locks.release(CHUNK_LEASE.key(job_id, n), lease.owner)
 
     def commit(self, job_id: str, n: int, lease: Lease, audio_s: float) -> CommitOutcome:
-        """Count chunk ``n`` (``audio_s`` of audio) as done, if the lease still holds."""
+        """Count chunk ``n`` (``audio_s`` of audio) as done, if the lease still holds; the
+        lease's token is recorded as the chunk's part (:meth:`parts`)."""
         status, _ = self._commit(
             keys=[
                 JOB.key(job_id),
                 CHUNKS_DONE.key(job_id),
                 CHUNK_LEASE.key(job_id, n),
                 COMMITS.key(job_id),
+                CHUNK_PARTS.key(job_id),
             ],
-            args=[n, lease.owner, repr(float(audio_s)), time.time()],
+            args=[n, lease.owner, repr(float(audio_s)), time.time(), lease.token],
         )
         return CommitOutcome(text_of(status) or "")
+
+    def part(self, job_id: str, n: int) -> int | None:
+        """The token of chunk ``n``'s counted commit; None while none counted."""
+        token = cast(bytes | None, self.redis.hget(CHUNK_PARTS.key(job_id), str(n)))
+        return None if token is None else int(token)
+
+    def parts(self, job_id: str) -> dict[int, int]:
+        """Chunk n -> the token of the attempt whose commit counted: the part to assemble.
+        A chunk committed before commits recorded it is missing (its part has the old
+        key, shared by every attempt)."""
+        raw = cast(dict[bytes, bytes], self.redis.hgetall(CHUNK_PARTS.key(job_id)))
+        return {int(n): int(token) for n, token in raw.items()}
 
     def record_attempt(self, job_id: str, n: int) -> int:
         """Count one more attempt at chunk ``n``; returns its attempts so far."""

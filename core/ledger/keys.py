@@ -175,6 +175,14 @@ COMMITS = Family(
     Lifetime.RETENTION,
     "chunks.py (commit)",
 )
+CHUNK_PARTS = Family(
+    PREFIX + "job:{job_id}:parts",
+    "hash",
+    "chunk n -> the fencing token of the attempt whose commit counted: its part is stored "
+    "under that attempt's own key (parts/{n:06d}.{token}.s16 and .json), which assembly reads",
+    Lifetime.CLEANUP,
+    "chunks.py (commit)",
+)
 DISPATCHED = Family(
     PREFIX + "job:{job_id}:dispatched",
     "set",
@@ -343,6 +351,7 @@ FAMILIES: tuple[Family, ...] = (
     FENCE,
     ATTEMPTS,
     COMMITS,
+    CHUNK_PARTS,
     DISPATCHED,
     REQUEUE_HOLD,
     ASSEMBLY_LOCK,

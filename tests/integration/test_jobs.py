@@ -3,8 +3,11 @@ chunk rendering and commits, failure after bounded attempts, assembly, the recon
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+import wave
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -16,21 +19,31 @@ from tests.support.tiny_fs import fill, tiny_tmpfs
 from voicelane.common.audio import probe
 from voicelane.common.errors import EngineError, StorageFullError
 from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, PLAN_TASK, RENDER_CHUNK_TASK
-from voicelane.core.ledger import ChunkPlan, Job, JobOptions, JobState, Ledger
-from voicelane.core.ledger.keys import CHUNK_LEASE
+from voicelane.core.ledger import (
+    ChunkPlan,
+    CommitOutcome,
+    Job,
+    JobOptions,
+    JobState,
+    Lease,
+    Ledger,
+)
+from voicelane.core.ledger.keys import CHUNK_LEASE, CHUNK_PARTS
 from voicelane.core.redis_clients import UnreplicatedWriteError
 from voicelane.core.settings import ServiceSettings
-from voicelane.core.storage import LocalStorage, LocalStorageSettings
+from voicelane.core.storage import LocalStorage, LocalStorageSettings, Storage, StoredObject
 from voicelane.workers.batching import Batcher
 from voicelane.workers.engines import Utterance
 from voicelane.workers.jobs import (
     JobContext,
     assemble_job,
+    part_key,
     parts_prefix,
     plan_chunks,
     plan_job,
     render_chunk,
     sweep_expired_jobs,
+    timings_key,
 )
 from voicelane.workers.reconciler import reconcile_once
 
@@ -138,6 +151,132 @@ def test_cancel_during_render_removes_the_part(ctx: JobContext) -> None:
     assert job is not None and ctx.storage.list_keys(parts_prefix(job)) == []
 
 
+class Uploads:
+    """A storage that records every upload; ``before_audio`` runs before the first part's
+    audio is stored, and ``garbled`` replaces what is stored under it."""
+
+    def __init__(self, storage: Storage, before_audio: Callable[[], None] | None = None) -> None:
+        self.storage = storage
+        self.before_audio = before_audio
+        self.garbled = False
+        self.keys: list[str] = []
+
+    def put_bytes(self, key: str, data: bytes, **kwargs: str) -> StoredObject:
+        self.keys.append(key)
+        if key.endswith(".s16") and self.before_audio is not None:
+            hook, self.before_audio = self.before_audio, None
+            hook()
+            data, self.garbled = b"\x7f" * len(data), True
+        return self.storage.put_bytes(key, data, **kwargs)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.storage, name)
+
+
+def wav_samples(data: bytes, tmp_path: Path) -> np.ndarray:
+    path = tmp_path / "read.wav"
+    path.write_bytes(data)
+    with wave.open(str(path)) as wav:
+        assert wav.getsampwidth() == 2
+        return np.frombuffer(wav.readframes(wav.getnframes()), dtype=np.int16)
+
+
+@S3_PARAM
+@pytest.mark.parametrize("finished", [False, True], ids=["fenced", "job-finished"])
+def test_an_attempt_that_lost_its_lease_never_touches_the_committed_part(
+    ctx: JobContext, tmp_path: Path, finished: bool
+) -> None:
+    # Two-host chaos (issue 25): a worker cut off mid-upload lost its lease, the chunk was
+    # committed by another (and, ``finished``, every other chunk too: the late commit finds
+    # the job assembling), and the late attempt's upload must not change what assembly
+    # reads — whatever a store does with it, it is never under the winner's key, and the
+    # late attempt's clean-up never deletes the winner's part (with one key per chunk, the
+    # late commit answered "inactive" deleted it: NoSuchKey at assembly).
+    job_id = submit(ctx)
+    total = plan_job(ctx, job_id)
+    assert total > 1
+    winner = Uploads(ctx.storage)
+    winning = dataclasses.replace(ctx, storage=cast(Storage, winner))
+    outcomes: list[str] = []
+
+    def lapse_and_lose() -> None:  # the stale attempt rendered; now its lease lapses
+        ctx.ledger.redis.delete(CHUNK_LEASE.key(job_id, 0))
+        outcomes.append(render_chunk(winning, job_id, 0))
+        if finished:
+            outcomes.extend(render_chunk(winning, job_id, n) for n in range(1, total))
+
+    stale = Uploads(ctx.storage, before_audio=lapse_and_lose)
+    late = dataclasses.replace(ctx, storage=cast(Storage, stale), worker_name="stale@test")
+    assert render_chunk(late, job_id, 0) == "fenced"
+    assert outcomes[0] == "committed" and stale.garbled
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None
+    (stale_audio,) = [k for k in stale.keys if k.endswith(".s16")]
+    winner_audio = next(k for k in winner.keys if k.endswith(".s16"))
+    assert stale_audio != winner_audio
+    assert not set(stale.keys) & set(winner.keys)
+    token = ctx.ledger.chunks.parts(job_id)[0]
+    assert winner_audio == part_key(job, 0, token)
+    assert not ctx.storage.exists(stale_audio)  # the loser deletes its own part
+    part = np.frombuffer(ctx.storage.get_bytes(winner_audio), dtype=np.int16)
+    assert int(np.abs(part).max()) > 1000 and not np.all(part == part[0])
+    if not finished:
+        for n in range(1, total):
+            render_chunk(ctx, job_id, n)
+    assert assemble_job(ctx, job_id)
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None and job.output_key is not None
+    samples = wav_samples(ctx.storage.get_bytes(job.output_key), tmp_path)
+    assert np.array_equal(samples[: len(part)], part)
+
+
+def test_a_commit_sent_twice_keeps_its_part(
+    ctx: JobContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit counted but its answer was lost and the client sent it again: the second
+    # answer is "fenced" (its own commit dropped the lease) — the part must stay.
+    job_id = submit(ctx)
+    total = plan_job(ctx, job_id)
+    commit = ctx.ledger.chunks.commit
+
+    def twice(job_id: str, n: int, lease: Lease, audio_s: float) -> CommitOutcome:
+        commit(job_id, n, lease, audio_s)
+        return commit(job_id, n, lease, audio_s)
+
+    monkeypatch.setattr(ctx.ledger.chunks, "commit", twice)
+    assert [render_chunk(ctx, job_id, n) for n in range(total)] == ["fenced"] * total
+    monkeypatch.undo()
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None and job.state is JobState.ASSEMBLING
+    assert sorted(ctx.ledger.chunks.parts(job_id)) == list(range(total))
+    assert assemble_job(ctx, job_id)
+
+
+@S3_PARAM
+def test_a_part_committed_before_per_attempt_keys_is_read_from_its_old_key(
+    ctx: JobContext,
+) -> None:
+    # A job in flight across the upgrade: chunk 0 was committed by a worker that stored it
+    # under the old shared key and recorded no token.
+    job_id = submit(ctx)
+    total = plan_job(ctx, job_id)
+    for n in range(total):
+        render_chunk(ctx, job_id, n)
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None
+    token = ctx.ledger.chunks.parts(job_id)[0]
+    for key, old in ((part_key, "000000.s16"), (timings_key, "000000.json")):
+        assert key(job, 0, None) == parts_prefix(job) + old
+        new = key(job, 0, token)
+        ctx.storage.put_bytes(parts_prefix(job) + old, ctx.storage.get_bytes(new))
+        ctx.storage.delete(new)
+    ctx.ledger.redis.hdel(CHUNK_PARTS.key(job_id), "0")
+    assert assemble_job(ctx, job_id)
+    job = ctx.ledger.jobs.get(job_id)
+    assert job is not None and job.state is JobState.DONE
+    assert job.duration_s == pytest.approx(job.audio_s, abs=1e-3)
+
+
 def test_reconciler_requeues_a_dead_workers_chunk_once(ctx: JobContext) -> None:
     job_id = submit(ctx)
     plan_job(ctx, job_id)
@@ -220,7 +359,8 @@ def test_rendered_parts_are_int16_at_the_jobs_rate(ctx: JobContext) -> None:
     assert render_chunk(ctx, job_id, 0) == "assemble"
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None
-    data = ctx.storage.get_bytes(parts_prefix(job) + "000000.s16")
+    token = ctx.ledger.chunks.parts(job_id)[0]
+    data = ctx.storage.get_bytes(parts_prefix(job) + f"000000.{token}.s16")
     pcm = np.frombuffer(data, dtype=np.int16)
     assert len(pcm) / 16000 == pytest.approx(job.audio_s, abs=1e-3)
     assert int(np.abs(pcm).max()) > 1000

@@ -128,9 +128,27 @@ def test_a_lease_excludes_others_and_fences_stale_commits(ledger: Ledger) -> Non
     second = ledger.chunks.acquire(job_id, 0, "w2", ttl_s=30)
     assert second.status == "acquired" and second.token > first.token
     assert ledger.chunks.commit(job_id, 0, first, 1.0) == "fenced"
+    assert ledger.chunks.parts(job_id) == {}  # a fenced commit records no part
     assert ledger.chunks.commit(job_id, 0, second, 1.0) == "committed"
+    assert ledger.chunks.commit(job_id, 0, first, 1.0) == "fenced"  # late: still refused
     assert ledger.chunks.acquire(job_id, 0, "w3", ttl_s=30).status == "done"
     assert commit_log(ledger.redis, job_id) == [(0, second.token, "w2")]
+    assert ledger.chunks.parts(job_id) == {0: second.token}  # what assembly reads
+
+
+def test_a_stale_commit_after_the_job_ended_is_fenced(ledger: Ledger) -> None:
+    # Two-host chaos: a cut-off worker's commit reaches the ledger after the heal, when the
+    # job has stopped rendering: still told its lease is gone, never counted.
+    job_id = rendering_job(ledger, 1)
+    stale = ledger.chunks.acquire(job_id, 0, "w1", ttl_s=30)
+    ledger.redis.delete(CHUNK_LEASE.key(job_id, 0))  # lapsed
+    fresh = ledger.chunks.acquire(job_id, 0, "w2", ttl_s=30)
+    assert ledger.chunks.commit(job_id, 0, fresh, 1.0) == "assemble"
+    assert ledger.chunks.commit(job_id, 0, stale, 1.0) == "fenced"
+    assert ledger.jobs.cancel(job_id)
+    assert ledger.chunks.commit(job_id, 0, stale, 1.0) == "fenced"
+    assert commit_log(ledger.redis, job_id) == [(0, fresh.token, "w2")]
+    assert ledger.chunks.parts(job_id) == {0: fresh.token}
     assert ledger.chunks.orphaned(job_id) == []
 
 
@@ -192,6 +210,8 @@ def test_commit_after_cancel_is_inactive(ledger: Ledger) -> None:
     lease = ledger.chunks.acquire(job_id, 0, "w", ttl_s=30)
     assert ledger.jobs.cancel(job_id)
     assert ledger.chunks.commit(job_id, 0, lease, 1.0) == "inactive"
+    assert ledger.chunks.lease_holder(job_id, 0) is None  # dropped by that commit
+    assert ledger.chunks.parts(job_id) == {}
     assert ledger.chunks.acquire(job_id, 1, "w", ttl_s=30).status == "inactive"
     assert finish(ledger, job_id, "w") == "inactive"
 

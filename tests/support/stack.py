@@ -85,6 +85,11 @@ class Stack:
     flower_port: int = 0
     grpc_port: int = 0
     wyoming_port: int = 0
+    prefix: list[str] = field(default_factory=list)
+    """Prepended to every process's command: ``ip netns exec NAME`` runs the stack on another
+    simulated host (``tests/support/netns.py``)."""
+    address: str = "127.0.0.1"
+    """Where the API and the gRPC front listen, and where the test reaches them."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -112,7 +117,7 @@ class Stack:
         self.directory.mkdir(parents=True, exist_ok=True)
         handle = log.open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "voicelane.api.cli", *args],
+            [*self.prefix, sys.executable, "-m", "voicelane.api.cli", *args],
             env={**self.env, **(extra_env or {})},
             cwd=ROOT,
             stdout=handle,
@@ -159,11 +164,11 @@ class Stack:
         proc = self.spawn(
             "api",
             "api",
+            "--host",
+            self.address,
             "--port",
             str(self.api_port),
-            extra_env={
-                "VOICELANE_STORAGE__LOCAL__PUBLIC_BASE_URL": f"http://127.0.0.1:{self.api_port}"
-            },
+            extra_env={"VOICELANE_STORAGE__LOCAL__PUBLIC_BASE_URL": self.api_url},
         )
         wait_for(lambda: self._ready(proc), 60, "the API to be ready")
         return proc
@@ -186,7 +191,10 @@ class Stack:
     def grpc(self, extra_env: dict[str, str] | None = None) -> Proc:
         """The gRPC front; ready once its health service answers SERVING."""
         self.grpc_port = free_port()
-        proc = self.spawn("grpc", "grpc", "--port", str(self.grpc_port), extra_env=extra_env)
+        proc = self.spawn(
+            "grpc", "grpc", "--host", self.address, "--port", str(self.grpc_port),
+            extra_env=extra_env,
+        )  # fmt: skip
 
         def serving() -> bool:
             if not proc.alive():
@@ -246,11 +254,11 @@ class Stack:
 
     @property
     def grpc_target(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.address}:{self.grpc_port}"
 
     @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
+        return f"http://{self.address}:{self.api_port}"
 
     @property
     def flower_url(self) -> str:
