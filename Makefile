@@ -76,7 +76,7 @@ stop:
 	else echo "no stack running"; fi
 
 test: install install-chattts install-prometheus install-clients
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	scripts/run-tests.sh $(PYTEST_ARGS)
 
 lint: install install-chattts
 	$(BIN)/ruff check .
