@@ -91,7 +91,7 @@ compose-check:
 	VOICELANE_API_KEYS=t:placeholder-key S3_ACCESS_KEY_ID=u S3_SECRET_ACCESS_KEY=placeholder \
 	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
 		docker-compose -f docker-compose.yml config -q && echo "docker-compose.yml is valid"
-	VOICELANE_API_KEYS=t:placeholder-key MINIO_ROOT_USER=u MINIO_ROOT_PASSWORD=placeholder \
+	VOICELANE_API_KEYS=t:placeholder-key S3_ACCESS_KEY_ID=u S3_SECRET_ACCESS_KEY=placeholder \
 	VOICELANE_FLOWER_BASIC_AUTH=u:p GRAFANA_ADMIN_PASSWORD=p VOICELANE_METRICS_TOKEN=placeholder \
 		docker-compose -f docker-compose.yml -f docker-compose.ha.yml config -q \
 		&& echo "docker-compose.ha.yml (Redis through Sentinel) is valid"
