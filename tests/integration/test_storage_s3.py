@@ -479,7 +479,8 @@ def _with_path(url: str, key: str) -> str:
 def _tampered_signature(storage: S3Storage, endpoint: S3Endpoint) -> str:
     url = storage.link("acme/job1/final.ogg", expires_s=600)
     signature = parse_qs(urlsplit(url).query)["X-Amz-Signature"][0]
-    flipped = ("0" if signature[-1] != "0" else "1") + signature[1:]
+    flipped = ("0" if signature[0] != "0" else "1") + signature[1:]  # always a different digit
+    assert flipped != signature
     return _with_query(url, **{"X-Amz-Signature": flipped})
 
 
