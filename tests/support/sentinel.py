@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
+from tests.support.stack import wait_for
 from voicelane.core.redis_server import RedisServer, free_port, redis_answers
 from voicelane.core.redis_target import RedisTarget
 
@@ -37,14 +38,8 @@ HOST = "127.0.0.1"
 
 
 def wait_until(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
+    """:func:`tests.support.stack.wait_for`, polling the cluster's servers every 50 ms."""
+    return wait_for(condition, timeout_s, what, poll_s=0.05)
 
 
 def _ask(port: int, *args: Any) -> Any:

@@ -33,8 +33,11 @@ ACME_KEY = "acme-key-0001"
 OTHER_KEY = "other-key-0002"
 
 
-def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout_s``."""
+def wait_for(
+    condition: Callable[[], T | None], timeout_s: float, what: str, *, poll_s: float = 0.02
+) -> T:
+    """Poll ``condition`` every ``poll_s`` until it returns something truthy; fail after
+    ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
@@ -42,7 +45,7 @@ def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> 
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(poll_s)
 
 
 @dataclass
