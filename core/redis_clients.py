@@ -216,6 +216,36 @@ def _options(socket_timeout_s: float, target: RedisTarget) -> dict[str, Any]:
     }
 
 
+def _primary_client(
+    manager_class: Any,
+    plain_class: Any,
+    acked_class: Any,
+    target: RedisTarget,
+    *,
+    retry: Any,
+    options: dict[str, Any],
+) -> Any:
+    """The sentinels' primary as a client of ``plain_class``, or of ``acked_class`` (every
+    write waits for ``target.replica_acks`` replicas) when it asks for acknowledgements."""
+    manager = manager_class(
+        list(target.sentinels),
+        sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]},
+        **options,
+    )
+    acked = target.replica_acks > 0
+    client = manager.master_for(
+        target.master_name,
+        redis_class=acked_class if acked else plain_class,
+        password=target.password,
+        db=target.db,
+        retry=retry,
+    )
+    if acked:
+        client.voicelane_replica_acks = target.replica_acks
+        client.voicelane_ack_timeout_ms = target.replica_ack_timeout_ms
+    return client
+
+
 def sync_client(target: str | RedisTarget, *, socket_timeout_s: float) -> redis.Redis:
     """A client of ``target`` (a URL: one server; a :class:`RedisTarget`: maybe sentinels)."""
     target = target_of(target)
@@ -223,22 +253,9 @@ def sync_client(target: str | RedisTarget, *, socket_timeout_s: float) -> redis.
     options = _options(socket_timeout_s, target)
     if not target.ha:
         return redis.Redis.from_url(target.url, retry=retry, **options)
-    manager = sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels),
-        sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]},
-        **options,
+    client: redis.Redis = _primary_client(
+        sentinel.Sentinel, redis.Redis, AckedRedis, target, retry=retry, options=options
     )
-    acked = target.replica_acks > 0
-    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
-        target.master_name,
-        redis_class=AckedRedis if acked else redis.Redis,
-        password=target.password,
-        db=target.db,
-        retry=retry,
-    )
-    if isinstance(client, AckedRedis):
-        client.voicelane_replica_acks = target.replica_acks
-        client.voicelane_ack_timeout_ms = target.replica_ack_timeout_ms
     return client
 
 
@@ -249,22 +266,9 @@ def async_client(target: str | RedisTarget, *, socket_timeout_s: float) -> aredi
     options = _options(socket_timeout_s, target)
     if not target.ha:
         return aredis.Redis.from_url(target.url, retry=retry, **options)
-    manager = asentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels),
-        sentinel_kwargs={"socket_timeout": options["socket_connect_timeout"]},
-        **options,
+    client: aredis.Redis = _primary_client(
+        asentinel.Sentinel, aredis.Redis, AsyncAckedRedis, target, retry=retry, options=options
     )
-    acked = target.replica_acks > 0
-    client: aredis.Redis = manager.master_for(
-        target.master_name,
-        redis_class=AsyncAckedRedis if acked else aredis.Redis,
-        password=target.password,
-        db=target.db,
-        retry=retry,
-    )
-    if isinstance(client, AsyncAckedRedis):
-        client.voicelane_replica_acks = target.replica_acks
-        client.voicelane_ack_timeout_ms = target.replica_ack_timeout_ms
     return client
 
 
