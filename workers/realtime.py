@@ -415,7 +415,11 @@ class Session:
     async def _serve(self) -> None:
         request = self.request
         rid = request.request_id
-        self._first_input = await self.io.begin_session(rid)
+        first_input = await self.io.begin_session(rid)
+        if first_input is None:  # its previous owner had finished it, not yet acknowledged
+            log.info("request %s had already ended: acknowledged", rid)
+            return
+        self._first_input = first_input
         resume = await self._resume_point() if self.takeover else _Resume()
         if resume.ended:
             return

@@ -135,8 +135,9 @@ class LaneIO:
 
     # ---- what sessions await (called on the loop) ----------------------------------------
 
-    def begin_session(self, request_id: str) -> asyncio.Future[Pieces]:
-        """Take ownership, beat once, read the input so far."""
+    def begin_session(self, request_id: str) -> asyncio.Future[Pieces | None]:
+        """Take ownership, beat once, read the input so far; None when the request's output
+        had already ended (nothing taken)."""
         return self._call(lambda batch: batch.begin_session(request_id))
 
     def append(self, request_id: str, events: Sequence[OutputEvent]) -> asyncio.Future[bool]:

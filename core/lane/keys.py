@@ -199,3 +199,5 @@ HOLD_TENANT_SLOT = read_script(__package__, "hold_tenant_slot.lua")
 """Count one more open stream for a tenant unless it holds its limit (the front's)."""
 APPEND_IF_OWNER = read_script(__package__, "append_if_owner.lua")
 """Append output events while the caller owns the request (the worker's)."""
+TAKE_REQUEST = read_script(__package__, "take_request.lua")
+"""Own a request and beat once, unless its output has ended (the worker's)."""

@@ -28,6 +28,7 @@ from voicelane.core.lane.keys import (
     APPEND_IF_OWNER,
     GROUP,
     OUTPUT_MAXLEN,
+    TAKE_REQUEST,
     cancel_key,
     capabilities_key,
     heartbeat_key,
@@ -75,15 +76,28 @@ class WorkerBatch:
 
     def begin_session(self, request_id: str) -> None:
         """Take ownership (from now on only this worker may write the request's output), beat
-        once and read the input so far. Value: the input pieces ``[(entry id, piece)]``."""
+        once and read the input so far. Value: the input pieces ``[(entry id, piece)]``, or
+        None when the request's output had already ended (a takeover that came after its
+        previous owner's last event: nothing is taken; acknowledge it and move on)."""
         settings = self._lane.settings
-        consumer = self._lane.consumer
-        self._pipe.set(owner_key(request_id), consumer, ex=int(settings.output_ttl_s))
-        self._pipe.set(heartbeat_key(request_id), consumer, px=int(settings.heartbeat_ttl_s * 1000))
+        self._pipe.eval(
+            TAKE_REQUEST,
+            3,
+            owner_key(request_id),
+            heartbeat_key(request_id),
+            output_key(request_id),
+            self._lane.consumer,
+            int(settings.output_ttl_s),
+            int(settings.heartbeat_ttl_s * 1000),
+        )
         self._pipe.xrange(input_key(request_id))
         self._add(
-            3,
-            lambda r: [(entry_id.decode(), InputPiece.from_fields(f)) for entry_id, f in r[2]],
+            2,
+            lambda r: (
+                [(entry_id.decode(), InputPiece.from_fields(f)) for entry_id, f in r[1]]
+                if r[0]
+                else None
+            ),
         )
 
     def append_output(self, request_id: str, *events: OutputEvent) -> None:

@@ -19,7 +19,15 @@ from tests.support.engines import RecordingEngine
 from tests.support.stack import wait_for
 from voicelane.common.audio import OpusStreamDecoder
 from voicelane.core.lane.front import RealtimeClient
-from voicelane.core.lane.keys import GROUP, cancel_key, output_key, read_key, requests_key
+from voicelane.core.lane.keys import (
+    GROUP,
+    cancel_key,
+    heartbeat_key,
+    output_key,
+    owner_key,
+    read_key,
+    requests_key,
+)
 from voicelane.core.lane.messages import (
     EventKind,
     InputKind,
@@ -281,6 +289,39 @@ def test_a_dead_workers_request_is_taken_over_without_duplicate_seq(
     finally:
         survivor.close()
         batcher.close()
+
+
+def test_a_request_that_ended_before_its_takeover_is_not_taken(redis_url: str) -> None:
+    """The previous owner wrote the end but had not acknowledged the entry when another
+    worker reclaimed it (slow, or its heartbeats lapsed): the late worker takes nothing — the
+    owner key still names the worker that wrote the stream (CI saw it name the other host)."""
+    first = RealtimeWorkerClient.from_url(redis_url, "first@test", SETTINGS)
+    late = RealtimeWorkerClient.from_url(redis_url, "late@test", SETTINGS)
+    first.ensure_group()
+    req = request()
+    submit(redis_url, req)
+    ((_, claimed),) = first.claim_new(1, 1000)
+    rid = claimed.request_id
+    served = first.batch()
+    served.begin_session(rid)
+    served.append_output(rid, OutputEvent(EventKind.END, seq=0))
+    pieces, appended = served.execute_or_raise()
+    assert pieces and appended is True
+    taken = late.batch()
+    taken.begin_session(rid)
+    assert taken.execute_or_raise() == [None]
+    client = redis.Redis.from_url(redis_url)
+    assert client.get(owner_key(rid)) == b"first@test"
+    assert client.get(heartbeat_key(rid)) == b"first@test"
+    # A request still in progress (no end yet) is taken: that is the takeover.
+    req2 = request()
+    submit(redis_url, req2)
+    ((_, claimed2),) = first.claim_new(1, 1000)
+    again = late.batch()
+    again.begin_session(claimed2.request_id)
+    (pieces2,) = again.execute_or_raise()
+    assert pieces2 is not None
+    assert client.get(owner_key(claimed2.request_id)) == b"late@test"
 
 
 def finish(lane: RealtimeWorkerClient, entry_id: str, request_id: str) -> None:
