@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 
-from voicelane.common.audio.opus import encode_failures_total
+from voicelane.common.encode_failures import encode_failures_total
 from voicelane.core.metrics import ReadAtScrape, gauge
 from voicelane.workers.batching import Batcher
 

@@ -28,7 +28,6 @@ from voicelane.common.audio.opus import (
     OpusStreamDecoder,
     OpusStreamEncoder,
     codec_delay_samples,
-    encode_failures_total,
 )
 from voicelane.common.audio.pcm import (
     SILENCE_THRESHOLD,
@@ -43,6 +42,7 @@ from voicelane.common.audio.pcm import (
     silence,
     silence_edges,
 )
+from voicelane.common.encode_failures import encode_failures_total
 
 __all__ = [
     "CODEC_DELAY_MS",

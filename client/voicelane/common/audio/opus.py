@@ -30,7 +30,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
-import threading
 from collections.abc import Iterable
 from typing import Literal
 
@@ -39,6 +38,7 @@ import opuslib
 import opuslib.api.encoder as opus_encoder_api
 
 from voicelane.common.audio.pcm import PcmF32, as_pcm_f32
+from voicelane.common.encode_failures import count_encode_failure
 from voicelane.common.errors import InvalidInputError, UnsupportedFormatError
 
 logger = logging.getLogger(__name__)
@@ -54,20 +54,6 @@ MAX_BITRATE_BPS = 510000
 _MAX_PACKET_MS = 120
 
 OpusApplication = Literal["audio", "voip"]
-
-_failures_lock = threading.Lock()
-_failures_total = 0
-
-
-def encode_failures_total() -> int:
-    """Frames that failed to encode in this process, over every encoder (each became silence)."""
-    return _failures_total
-
-
-def _count_failure() -> None:
-    global _failures_total  # noqa: PLW0603  (a process-wide counter is the point)
-    with _failures_lock:
-        _failures_total += 1
 
 
 def check_opus_rate(sample_rate_hz: int) -> None:
@@ -260,7 +246,7 @@ class OpusStreamEncoder:
             packet = self._encoder.encode_float(frame.tobytes(), self._frame)
         except Exception as exc:  # any codec failure becomes silence, never a crash or a gap
             self._failures += 1
-            _count_failure()
+            count_encode_failure()
             logger.warning(
                 "Opus frame %d failed to encode (%s); sent 20 ms of silence instead",
                 index,

@@ -17,10 +17,10 @@ from voicelane.common.audio.opus import (
     OpusStreamDecoder,
     OpusStreamEncoder,
     codec_delay_samples,
-    encode_failures_total,
     packet_count,
 )
 from voicelane.common.audio.pcm import PcmF32, resample
+from voicelane.common.encode_failures import encode_failures_total
 from voicelane.common.errors import InvalidInputError, UnsupportedFormatError
 
 
