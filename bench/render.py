@@ -89,11 +89,14 @@ def engine_alone(text: str) -> tuple[float, float, list[PcmF32], int]:
     return wall_s, sum(map(len, audio)) / engine.sample_rate_hz, audio, engine.sample_rate_hz
 
 
-def encode_alone(audio: list[PcmF32], rate_hz: int, out: Path) -> tuple[float, float]:
-    """Resampling + Ogg/Opus encoding of the engine's audio, on one thread, no engine."""
+def encode_alone(
+    audio: list[PcmF32], rate_hz: int, out: Path, threads: int = 1
+) -> tuple[float, float]:
+    """Resampling + Ogg/Opus encoding of the engine's audio, no engine: one encoder, or
+    ``threads`` encoders on pieces of the file (the parallel writer)."""
     started = time.perf_counter()
     resampler = StreamResampler(rate_hz, 24000)
-    with open_writer(out, AudioFormat.OGG, 24000) as writer:
+    with open_writer(out, AudioFormat.OGG, 24000, encode_threads=threads) as writer:
         for pcm in audio:
             writer.write(resampler.process(pcm))
         writer.write(resampler.flush())
@@ -105,8 +108,13 @@ def pipeline(
     out: Path,
     fmt: AudioFormat = AudioFormat.OGG,
     options: TextOptions = TextOptions(),  # noqa: B008 - frozen
+    encode_threads: int | None = None,
 ) -> tuple[float, float]:
-    with EmbeddedRenderer(EmbeddedSettings(engine="espeak")) as renderer:
+    """``encode_threads``: None for the default (the cores, at most 4)."""
+    settings = EmbeddedSettings(engine="espeak")
+    if encode_threads is not None:
+        settings = settings.model_copy(update={"encode_threads": encode_threads})
+    with EmbeddedRenderer(settings) as renderer:
         started = time.perf_counter()
         result = renderer.render(text, out, fmt=fmt, text_options=options)
         return time.perf_counter() - started, result.duration_s
@@ -151,6 +159,8 @@ def main() -> None:
         rows: dict[str, list[tuple[float, float]]] = {
             "engine": [],
             "encode": [],
+            "encode-parallel": [],
+            "pipeline-one": [],
             "pipeline": [],
             "pipeline-wav": [],
             "cli": [],
@@ -161,7 +171,12 @@ def main() -> None:
             engine_s, audio_s, audio, rate_hz = engine_alone(text)
             rows["engine"].append((engine_s, audio_s))
             rows["encode"].append(encode_alone(audio, rate_hz, Path(tmp) / f"e{i}.ogg"))
+            threads = EmbeddedSettings().encode_threads
+            parallel = encode_alone(audio, rate_hz, Path(tmp) / f"ep{i}.ogg", threads)
+            rows["encode-parallel"].append(parallel)
             del audio
+            one = pipeline(text, Path(tmp) / f"o{i}.ogg", encode_threads=1)
+            rows["pipeline-one"].append(one)
             rows["pipeline"].append(pipeline(text, Path(tmp) / f"p{i}.ogg"))
             wav = Path(tmp) / f"p{i}.wav"
             rows["pipeline-wav"].append(pipeline(text, wav, AudioFormat.WAV))
@@ -185,9 +200,11 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for name, label in (
         ("engine", "engine alone (espeak, batches of 64)"),
-        ("encode", "resample + Ogg/Opus encode alone, same audio (one thread)"),
+        ("encode", "resample + Ogg/Opus encode alone, same audio (one encoder)"),
+        ("encode-parallel", f"the same, {threads} encoders on 10 s pieces"),
         ("pipeline-wav", "pipeline in-process to WAV (batcher + resample, no codec)"),
-        ("pipeline", "pipeline in-process (batcher + resample + Ogg/Opus + atomic write)"),
+        ("pipeline-one", "pipeline in-process, one encoder (VOICELANE_ENCODE_THREADS=1)"),
+        ("pipeline", f"pipeline in-process ({threads} encoders, the default)"),
         ("cli", "`voicelane render` command (new process)"),
     ):
         wall = statistics.median(w for w, _ in rows[name])
@@ -195,8 +212,15 @@ def main() -> None:
         overhead = (wall - engine_wall) / engine_wall
         print(
             f"| {label} | {wall:.3f} | {audio_s:.1f} | {audio_s / wall:.0f}x | "
-            f"{'—' if name in ('engine', 'encode') else f'{overhead:+.0%}'} |"
+            f"{'—' if name.startswith(('engine', 'encode')) else f'{overhead:+.0%}'} |"
         )
+    cli_x = statistics.median(a / w for w, a in rows["cli"])
+    one_s = statistics.median(w for w, _ in rows["pipeline-one"])
+    many_s = statistics.median(w for w, _ in rows["pipeline"])
+    print(
+        f"\n{threads} encoders vs one, in-process: {one_s / many_s:.2f}x faster; "
+        f"`voicelane render` {cli_x:.0f}x real time (target: >= 600x)"
+    )
     print()
     on_s = statistics.median(w for w, _ in rows["pipeline"])
     off_s = statistics.median(w for w, _ in rows["pipeline-raw"])

@@ -462,7 +462,13 @@ class EmbeddedRenderer:
         timeline = Timeline(text) if timings else None
         target = Path(output)
         with atomic_output(target) as part:
-            writer = open_writer(part, fmt, rate_hz, bitrate_bps=settings.opus_bitrate_bps)
+            writer = open_writer(
+                part,
+                fmt,
+                rate_hz,
+                bitrate_bps=settings.opus_bitrate_bps,
+                encode_threads=settings.encode_threads,
+            )
             try:
                 pieces = speech_at_rate(
                     self.batcher,

@@ -71,6 +71,10 @@ class EmbeddedSettings(Root, EngineSettings):
     opus_bitrate_bps: int = Field(32000, ge=6000, le=510000)
     render_window: int = Field(256, ge=1)
     """Segments in flight ahead of the encoder: bounds memory on book-sized input."""
+    encode_threads: int = Field(default_factory=lambda: min(4, os.cpu_count() or 1), ge=1)
+    """Ogg/Opus encoders working at once on one file, in 10 s pieces
+    (:class:`voicelane.common.audio.ogg_parallel.ParallelOggWriter`); 1: one encoder, as a
+    stream's. Default: the cores, at most 4."""
 
 
 class CliSettings(Root):

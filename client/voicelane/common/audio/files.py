@@ -405,12 +405,17 @@ def open_writer(
     sample_rate_hz: int,
     *,
     bitrate_bps: int | None = None,
+    encode_threads: int = 1,
 ) -> AudioFileWriter:
     """A writer of mono ``fmt`` audio at ``sample_rate_hz`` to a path or a binary file object.
 
     ``bitrate_bps`` applies to ogg (6000..510000, default 32000), mp3 (default 64000;
     8000..160000 below 32 kHz, 32000..320000 from 32 kHz) and m4b (default 64000, 48000 at
     8 kHz; 16000..min(320000, 6 x the rate)); it is ignored for wav and flac.
+    ``encode_threads`` > 1 encodes ogg in pieces on that many threads
+    (:class:`voicelane.common.audio.ogg_parallel.ParallelOggWriter`: for whole files; its
+    first bytes come only once a 10 s piece is encoded, so never for a live stream); other
+    formats ignore it.
     Raises UnsupportedFormatError for a rate the format cannot hold or an m4b on a non-seekable
     file object, InvalidInputError for a bad bitrate, and OSError when a path cannot be opened.
     """
@@ -428,6 +433,10 @@ def open_writer(
         if fmt is AudioFormat.M4B and bitrate_bps is None:  # 48 kbps is all 8 kHz AAC holds
             bitrate = min(bitrate, AAC_MAX_BITS_PER_SAMPLE * int(sample_rate_hz))
         _validate_bitrate(fmt, sample_rate_hz, bitrate)
+    if fmt is AudioFormat.OGG and encode_threads > 1 and bitrate is not None:
+        from voicelane.common.audio.ogg_parallel import ParallelOggWriter  # imports this module
+
+        return ParallelOggWriter(target, int(sample_rate_hz), bitrate, encode_threads)
     return _PyAVWriter(target, fmt, int(sample_rate_hz), bitrate)
 
 

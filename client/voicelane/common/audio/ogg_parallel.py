@@ -1,0 +1,234 @@
+"""Ogg/Opus on several cores: one long file encoded in pieces by parallel encoders, joined.
+
+One Opus encoder is sequential: each frame depends on the encoder's state after the last, and
+libopus is most of the CPU of a long render (``docs/benchmarks.md``, "Embedded render"). This
+writer cuts the audio into pieces of about :data:`PIECE_S`, encodes each with its own
+encoder on a thread pool (libopus runs inside PyAV's encode call, which releases the GIL) and
+muxes the packets, in order, into one Ogg stream that decodes to exactly the samples written,
+as :func:`voicelane.common.audio.files.open_writer`'s Ogg does.
+
+How a piece joins the one before it:
+
+* **Same timeline.** Every encoder has the same settings, so the same delay (the Ogg
+  pre-skip). A piece that starts at frame ``a`` is fed from frame ``a - WARM_FRAMES`` with
+  matching timestamps; its packets then carry the timestamps a single encoder would have
+  given, and the writer keeps those of frames ``a`` up to the next piece's start. It is also
+  fed :data:`TAIL_FRAMES` past its end, so its last kept packets are encoded from the real
+  signal, not from the flush's padding.
+* **Warm state.** The :data:`WARM_FRAMES` frames before ``a`` bring the new encoder's state
+  (band energies, prediction, rate control) close to the previous encoder's there. The decoder
+  carries the previous piece's state across the join; what differs decays within a few frames.
+  Measured (the test below): the frames at a join decode 1.02-1.34x as far from the input as a
+  single encoder's do there with the warm-up, 2.3-3.0x without it.
+* **Quiet joins.** A piece ends at the quietest frame of its last :data:`SEEK_FRAMES` frames
+  (between words or sentences, in speech), where what is left of a difference is least audible.
+
+``tests/unit/common/audio/test_ogg_parallel.py`` checks that the file decodes to exactly the
+samples written and that the joins stay within 1.6x of a single encoder's error. The speed is
+``bench/render.py``'s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from fractions import Fraction
+from typing import Any, BinaryIO
+
+import av
+import numpy as np
+from av.audio.frame import AudioFrame
+from av.packet import Packet
+
+from voicelane.common.audio.files import AudioFileWriter, AudioFormat
+from voicelane.common.audio.opus import DEFAULT_COMPLEXITY
+from voicelane.common.audio.pcm import PcmF32
+
+PIECE_S = 10.0
+"""Audio per piece (the join is moved up to :data:`SEEK_FRAMES` earlier, to a quiet frame)."""
+WARM_FRAMES = 10
+"""Frames of the audio before a piece that its encoder is fed first, then dropped (200 ms at
+20 ms frames)."""
+TAIL_FRAMES = 2
+"""Frames past a piece's end that its encoder is fed so that its last kept packets see real
+signal in their look-ahead (more than the encoder's delay, 6.5 ms), not the flush's padding;
+no difference was measurable in the test's signals, and it costs two frames a piece."""
+SEEK_FRAMES = 50
+"""How far back from a piece's nominal end the join may move, to the quietest frame."""
+_BLOCK_FRAMES = 5
+"""Frames handed to the encoder per call (100 ms), as the one-encoder writer does."""
+
+
+def _new_encoder(sample_rate_hz: int, bitrate_bps: int) -> av.CodecContext:
+    codec = av.CodecContext.create("libopus", "w")
+    codec.sample_rate = sample_rate_hz
+    codec.layout = "mono"
+    codec.format = "flt"
+    codec.bit_rate = bitrate_bps
+    codec.options = {"compression_level": str(DEFAULT_COMPLEXITY)}
+    codec.time_base = Fraction(1, sample_rate_hz)
+    codec.open()
+    return codec
+
+
+def encode_piece(
+    pcm: PcmF32,
+    *,
+    first_sample: int,
+    keep_from: int,
+    keep_to: int | None,
+    sample_rate_hz: int,
+    bitrate_bps: int,
+    frame_size: int,
+) -> list[Packet[Any]]:
+    """Encode ``pcm`` (the signal from sample ``first_sample`` on) with a fresh encoder; keep
+    the packets of the frames from sample ``keep_from`` up to ``keep_to`` (None: to the end,
+    the flush included)."""
+    codec = _new_encoder(sample_rate_hz, bitrate_bps)
+    packets: list[Packet[Any]] = []
+    block = frame_size * _BLOCK_FRAMES
+    for start in range(0, len(pcm), block):
+        samples = np.ascontiguousarray(pcm[start : start + block]).reshape(1, -1)
+        frame = AudioFrame.from_ndarray(samples, format="flt", layout="mono")
+        frame.sample_rate = sample_rate_hz
+        frame.pts = first_sample + start
+        packets += codec.encode(frame)  # type: ignore[attr-defined]
+    packets += codec.encode(None)  # type: ignore[attr-defined]
+    if not packets:
+        return []
+    # The first packet's timestamp is first_sample minus the encoder's delay (the pre-skip).
+    delay = first_sample - int(packets[0].pts or 0)
+    low = keep_from - delay
+    high = None if keep_to is None else keep_to - delay
+    return [
+        p for p in packets if int(p.pts or 0) >= low and (high is None or int(p.pts or 0) < high)
+    ]
+
+
+class ParallelOggWriter(AudioFileWriter):
+    """Ogg/Opus written by ``threads`` encoders at once (see the module's docstring); the same
+    file contract as the one-encoder writer. Packets are muxed on the caller's thread, in
+    order, as pieces finish; at most ``threads + 1`` pieces are in flight."""
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | BinaryIO,
+        sample_rate_hz: int,
+        bitrate_bps: int,
+        threads: int,
+    ) -> None:
+        super().__init__(AudioFormat.OGG, sample_rate_hz)
+        file: str | BinaryIO = (
+            os.fspath(target) if isinstance(target, str | os.PathLike) else target
+        )
+        self._bitrate_bps = bitrate_bps
+        self._container = av.open(file, mode="w", format="ogg")
+        try:
+            stream = self._container.add_stream(
+                "libopus",
+                rate=sample_rate_hz,
+                options={"compression_level": str(DEFAULT_COMPLEXITY)},
+                layout="mono",
+            )
+            stream.format = "flt"
+            stream.bit_rate = bitrate_bps
+            self._container.start_encoding()  # the header (OpusHead, pre-skip) from its encoder
+        except BaseException:
+            self._container.close()
+            raise
+        self._stream = stream
+        self._frame = stream.codec_context.frame_size or 1
+        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="ogg-encode")
+        self._threads = max(1, threads)
+        self._in_flight: deque[Future[list[Packet[Any]]]] = deque()
+        self._buffer: list[PcmF32] = []
+        self._buffer_start = 0
+        """The sample (of the whole file) that the buffer's first sample is."""
+        self._buffered = 0
+        self._piece_start = 0
+        """The first sample of the piece not yet handed to an encoder."""
+        self._piece = int(PIECE_S * sample_rate_hz) // self._frame * self._frame
+        self.joins: list[int] = []
+        """Where one piece ends and the next begins (samples): for tests and diagnostics."""
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def _write(self, pcm: PcmF32) -> None:
+        self._buffer.append(pcm.copy())  # the caller may reuse its buffer
+        self._buffered += len(pcm)
+        tail = TAIL_FRAMES * self._frame
+        while self._buffer_start + self._buffered >= self._piece_start + self._piece + tail:
+            self._cut(self._piece_start + self._piece)
+
+    def _audio(self) -> PcmF32:
+        if len(self._buffer) > 1:
+            self._buffer = [np.concatenate(self._buffer)]
+        return self._buffer[0]
+
+    def _quiet_end(self, audio: PcmF32, nominal_end: int) -> int:
+        """The frame boundary, at most SEEK_FRAMES before ``nominal_end``, after the quietest
+        frame (a sample of the whole file)."""
+        frame = self._frame
+        first = max(self._piece_start + frame, nominal_end - SEEK_FRAMES * frame)
+        if first >= nominal_end:
+            return nominal_end
+        lo = first - frame - self._buffer_start
+        hi = nominal_end - self._buffer_start
+        energy = (audio[lo:hi].reshape(-1, frame).astype(np.float64) ** 2).sum(axis=1)
+        # The last frame of the quietest ones, so the pieces stay long.
+        quietest = len(energy) - 1 - int(np.argmin(energy[::-1]))
+        return first + quietest * frame
+
+    def _cut(self, nominal_end: int | None) -> None:
+        """Hand the piece from ``_piece_start`` to an encoder: to a quiet end near
+        ``nominal_end``, or (None) to the end of what was written."""
+        audio = self._audio()
+        frame = self._frame
+        warm_from = max(0, self._piece_start - WARM_FRAMES * frame)
+        end = None if nominal_end is None else self._quiet_end(audio, nominal_end)
+        fed_to = len(audio) if end is None else end + TAIL_FRAMES * frame - self._buffer_start
+        piece = audio[warm_from - self._buffer_start : fed_to].copy()
+        self._in_flight.append(
+            self._pool.submit(
+                encode_piece,
+                piece,
+                first_sample=warm_from,
+                keep_from=self._piece_start,
+                keep_to=end,
+                sample_rate_hz=self.sample_rate_hz,
+                bitrate_bps=self._bitrate_bps,
+                frame_size=frame,
+            )
+        )
+        if end is not None:
+            self.joins.append(end)
+            self._piece_start = end
+            keep = max(0, end - WARM_FRAMES * frame) - self._buffer_start
+            self._buffer = [audio[keep:]]
+            self._buffer_start += keep
+            self._buffered = len(audio) - keep
+        self._mux_ready(wait=len(self._in_flight) > self._threads)
+
+    def _mux_ready(self, *, wait: bool) -> None:
+        """Mux the finished pieces at the head of the queue (waiting for the oldest first when
+        ``wait``), in order."""
+        while self._in_flight and (wait or self._in_flight[0].done()):
+            wait = False
+            self._mux(self._in_flight.popleft().result())
+
+    def _mux(self, packets: Sequence[Packet[Any]]) -> None:
+        for packet in packets:
+            packet.stream = self._stream
+            self._container.mux(packet)
+
+    def _close(self) -> None:
+        try:
+            if self._samples or self._buffered:
+                self._cut(None)
+            while self._in_flight:
+                self._mux(self._in_flight.popleft().result())
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._container.close()
