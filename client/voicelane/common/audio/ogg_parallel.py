@@ -3,29 +3,34 @@
 One Opus encoder is sequential: each frame depends on the encoder's state after the last, and
 libopus is most of the CPU of a long render (``docs/benchmarks.md``, "Embedded render"). This
 writer cuts the audio into pieces of about :data:`PIECE_S`, encodes each with its own
-encoder on a thread pool (libopus runs inside PyAV's encode call, which releases the GIL) and
-muxes the packets, in order, into one Ogg stream that decodes to exactly the samples written,
-as :func:`voicelane.common.audio.files.open_writer`'s Ogg does.
+encoder on a thread pool (libopus through ctypes, as the live lane's
+:class:`~voicelane.common.audio.opus.OpusStreamEncoder`: the GIL is released inside each
+frame's encode, where PyAV's encode call scaled to only ~1.16x on two threads) and muxes the
+packets with PyAV, in order, into one Ogg stream that decodes to exactly the samples written,
+as :func:`voicelane.common.audio.files.open_writer`'s one-encoder Ogg does (whose header,
+pre-skip included, this file carries: the same libopus look-ahead).
 
 How a piece joins the one before it:
 
 * **Same timeline.** Every encoder has the same settings, so the same delay (the Ogg
-  pre-skip). A piece that starts at frame ``a`` is fed from frame ``a - WARM_FRAMES`` with
-  matching timestamps; its packets then carry the timestamps a single encoder would have
-  given, and the writer keeps those of frames ``a`` up to the next piece's start. It is also
-  fed :data:`TAIL_FRAMES` past its end, so its last kept packets are encoded from the real
-  signal, not from the flush's padding.
+  pre-skip). A piece that starts at frame ``a`` is fed from frame ``a - WARM_FRAMES``; the
+  first WARM_FRAMES packets are dropped and the rest are frames ``a`` up to the next piece's
+  start, each stamped ``n x frame - delay`` as a single encoder's would be. It is also fed
+  :data:`TAIL_FRAMES` past its end, so its last kept packets are encoded from the real
+  signal, not from padding; the last piece is fed the look-ahead's worth of silence, and its
+  last packet ends where the samples written end.
 * **Warm state.** The :data:`WARM_FRAMES` frames before ``a`` bring the new encoder's state
   (band energies, prediction, rate control) close to the previous encoder's there. The decoder
   carries the previous piece's state across the join; what differs decays within a few frames.
-  Measured (the test below): the frames at a join decode 1.02-1.34x as far from the input as a
-  single encoder's do there with the warm-up, 2.3-3.0x without it.
+  Measured (the test below): the frames at a join decode 1.0-1.33x as far from the input as
+  the same encoder's without joins do there with the warm-up, up to 3.1-3.7x without it.
 * **Quiet joins.** A piece ends at the quietest frame of its last :data:`SEEK_FRAMES` frames
   (between words or sentences, in speech), where what is left of a difference is least audible.
 
 ``tests/unit/common/audio/test_ogg_parallel.py`` checks that the file decodes to exactly the
-samples written and that the joins stay within 1.6x of a single encoder's error. The speed is
-``bench/render.py``'s.
+samples written, that the joins stay within 1.6x of the joinless error and that the file is
+no worse and no bigger than the one-encoder writer's (16-19% less error, size -6% to +0.3%).
+The speed is ``bench/render.py``'s.
 """
 
 from __future__ import annotations
@@ -35,15 +40,18 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import av
 import numpy as np
-from av.audio.frame import AudioFrame
-from av.packet import Packet
 
 from voicelane.common.audio.files import AudioFileWriter, AudioFormat
-from voicelane.common.audio.opus import DEFAULT_COMPLEXITY
+from voicelane.common.audio.opus import (
+    DEFAULT_COMPLEXITY,
+    OpusStreamEncoder,
+    codec_delay_samples,
+    samples_per_frame,
+)
 from voicelane.common.audio.pcm import PcmF32
 
 PIECE_S = 10.0
@@ -57,54 +65,24 @@ signal in their look-ahead (more than the encoder's delay, 6.5 ms), not the flus
 no difference was measurable in the test's signals, and it costs two frames a piece."""
 SEEK_FRAMES = 50
 """How far back from a piece's nominal end the join may move, to the quietest frame."""
-_BLOCK_FRAMES = 5
-"""Frames handed to the encoder per call (100 ms), as the one-encoder writer does."""
-
-
-def _new_encoder(sample_rate_hz: int, bitrate_bps: int) -> av.CodecContext:
-    codec = av.CodecContext.create("libopus", "w")
-    codec.sample_rate = sample_rate_hz
-    codec.layout = "mono"
-    codec.format = "flt"
-    codec.bit_rate = bitrate_bps
-    codec.options = {"compression_level": str(DEFAULT_COMPLEXITY)}
-    codec.time_base = Fraction(1, sample_rate_hz)
-    codec.open()
-    return codec
 
 
 def encode_piece(
     pcm: PcmF32,
     *,
-    first_sample: int,
-    keep_from: int,
-    keep_to: int | None,
     sample_rate_hz: int,
     bitrate_bps: int,
-    frame_size: int,
-) -> list[Packet[Any]]:
-    """Encode ``pcm`` (the signal from sample ``first_sample`` on) with a fresh encoder; keep
-    the packets of the frames from sample ``keep_from`` up to ``keep_to`` (None: to the end,
-    the flush included)."""
-    codec = _new_encoder(sample_rate_hz, bitrate_bps)
-    packets: list[Packet[Any]] = []
-    block = frame_size * _BLOCK_FRAMES
-    for start in range(0, len(pcm), block):
-        samples = np.ascontiguousarray(pcm[start : start + block]).reshape(1, -1)
-        frame = AudioFrame.from_ndarray(samples, format="flt", layout="mono")
-        frame.sample_rate = sample_rate_hz
-        frame.pts = first_sample + start
-        packets += codec.encode(frame)  # type: ignore[attr-defined]
-    packets += codec.encode(None)  # type: ignore[attr-defined]
-    if not packets:
-        return []
-    # The first packet's timestamp is first_sample minus the encoder's delay (the pre-skip).
-    delay = first_sample - int(packets[0].pts or 0)
-    low = keep_from - delay
-    high = None if keep_to is None else keep_to - delay
-    return [
-        p for p in packets if int(p.pts or 0) >= low and (high is None or int(p.pts or 0) < high)
-    ]
+    skip_frames: int,
+    keep_frames: int | None,
+) -> list[bytes]:
+    """Encode ``pcm`` with a fresh encoder (libopus through ctypes, which releases the GIL
+    for each frame); drop the first ``skip_frames`` packets (the warm-up), keep the next
+    ``keep_frames`` (None: all the rest, the last partial frame padded)."""
+    encoder = OpusStreamEncoder(sample_rate_hz, bitrate_bps, "audio", complexity=DEFAULT_COMPLEXITY)
+    packets = encoder.encode(pcm)
+    if keep_frames is None:
+        return packets[skip_frames:] + encoder.flush()
+    return packets[skip_frames : skip_frames + keep_frames]
 
 
 class ParallelOggWriter(AudioFileWriter):
@@ -124,6 +102,7 @@ class ParallelOggWriter(AudioFileWriter):
             os.fspath(target) if isinstance(target, str | os.PathLike) else target
         )
         self._bitrate_bps = bitrate_bps
+        self._time_base = Fraction(1, sample_rate_hz)
         self._container = av.open(file, mode="w", format="ogg")
         try:
             stream = self._container.add_stream(
@@ -139,10 +118,15 @@ class ParallelOggWriter(AudioFileWriter):
             self._container.close()
             raise
         self._stream = stream
-        self._frame = stream.codec_context.frame_size or 1
+        self._frame = samples_per_frame(sample_rate_hz)
+        self._delay = codec_delay_samples(sample_rate_hz)
+        """The encoder's look-ahead: packet n starts at n x frame - delay (the pre-skip)."""
+        self._muxed_frames = 0
+        self._total: int | None = None
+        """Samples in the file, once closing (the last packet is cut to end there)."""
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="ogg-encode")
         self._threads = max(1, threads)
-        self._in_flight: deque[Future[list[Packet[Any]]]] = deque()
+        self._in_flight: deque[Future[list[bytes]]] = deque()
         self._buffer: list[PcmF32] = []
         self._buffer_start = 0
         """The sample (of the whole file) that the buffer's first sample is."""
@@ -188,18 +172,21 @@ class ParallelOggWriter(AudioFileWriter):
         frame = self._frame
         warm_from = max(0, self._piece_start - WARM_FRAMES * frame)
         end = None if nominal_end is None else self._quiet_end(audio, nominal_end)
-        fed_to = len(audio) if end is None else end + TAIL_FRAMES * frame - self._buffer_start
-        piece = audio[warm_from - self._buffer_start : fed_to].copy()
+        if end is None:  # the last piece: its encoder is fed the look-ahead's worth of silence
+            piece = np.concatenate(
+                [audio[warm_from - self._buffer_start :], np.zeros(self._delay, np.float32)]
+            )
+        else:
+            fed_to = end + TAIL_FRAMES * frame - self._buffer_start
+            piece = audio[warm_from - self._buffer_start : fed_to].copy()
         self._in_flight.append(
             self._pool.submit(
                 encode_piece,
                 piece,
-                first_sample=warm_from,
-                keep_from=self._piece_start,
-                keep_to=end,
                 sample_rate_hz=self.sample_rate_hz,
                 bitrate_bps=self._bitrate_bps,
-                frame_size=frame,
+                skip_frames=(self._piece_start - warm_from) // frame,
+                keep_frames=None if end is None else (end - self._piece_start) // frame,
             )
         )
         if end is not None:
@@ -218,14 +205,26 @@ class ParallelOggWriter(AudioFileWriter):
             wait = False
             self._mux(self._in_flight.popleft().result())
 
-    def _mux(self, packets: Sequence[Packet[Any]]) -> None:
-        for packet in packets:
+    def _mux(self, packets: Sequence[bytes]) -> None:
+        """Packets of consecutive frames, on the file's timeline: frame n starts at
+        ``n x frame - delay``; the last one ends where the samples written end."""
+        frame = self._frame
+        for data in packets:
+            pts = self._muxed_frames * frame - self._delay
+            if self._total is not None and pts >= self._total:
+                return  # the padding's frame past the end
+            packet = av.Packet(data)
+            packet.pts = packet.dts = pts
+            packet.duration = frame if self._total is None else min(frame, self._total - pts)
+            packet.time_base = self._time_base
             packet.stream = self._stream
             self._container.mux(packet)
+            self._muxed_frames += 1
 
     def _close(self) -> None:
         try:
-            if self._samples or self._buffered:
+            self._total = self._samples
+            if self._samples:
                 self._cut(None)
             while self._in_flight:
                 self._mux(self._in_flight.popleft().result())
