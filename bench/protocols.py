@@ -13,7 +13,13 @@ that many clients run in a closed loop for ``--duration-s`` (their first streams
 the same instant too, a burst of the whole level every few seconds): open a live stream of one
 sentence (:data:`SENTENCE`, about 3.5 s of audio), read it to its end, open the next at
 once; streams started before the end are finished and counted. A client whose stream
-failed waits the server's retry hint (capped at 1 s; 0.1 s without one) before the next.
+failed waits the server's retry hint (capped at 1 s; 0.1 s without one) before the next, or
+exactly ``--retry-ms`` (the retry storm of issue 27: 50).
+
+* goodput — streams per second that played to their end without an underrun; refusals — how
+  many streams were refused (each retried); the front's CPU per refusal is fitted over the
+  rows of each front (its CPU less its idle CPU = a x streams + b x refusals, least squares;
+  the line after the table), since one row mixes both.
 
 * gRPC ``Synthesize`` (paced is the default); WebSocket ``/v1/stream`` (``{"text"}``);
   OpenAI ``POST /v1/audio/speech`` with ``response_format: pcm`` and ``"pace": true``
@@ -122,6 +128,8 @@ AUTH = f"Bearer {ACME_KEY}"
 GRPC_METADATA = (("authorization", AUTH),)
 FRONTS = ("grpc", "websocket", "openai")
 FRONT_NAMES = {"grpc": "gRPC", "websocket": "WebSocket", "openai": "OpenAI pcm"}
+FRONT_PROCESS = {"grpc": "grpc", "websocket": "api", "openai": "api"}
+"""The server process that serves each front."""
 BUFFER_S = 0.150
 """The playback buffer: audio later than this after its presentation time underruns."""
 AT_ONCE_S = 0.250
@@ -177,6 +185,9 @@ class LoadSpec:
     timeout_s: float = 120.0
     ramp_s: float = 0.0
     """Client i starts ``i * ramp_s / clients`` after the others' start (a ramp-up)."""
+    retry_s: float | None = None
+    """Set: after a failed stream wait exactly this, whatever the server's hint (``--retry-ms``:
+    the retry storm of refused clients); None: the hint, capped at 1 s (0.1 s without one)."""
 
 
 @dataclass
@@ -507,17 +518,24 @@ def make_clients(spec: LoadSpec) -> Clients:
 
 
 async def closed_loop(
-    one: One, end: float, min_requests: int, start_delay_s: float = 0.0
+    one: One,
+    end: float,
+    min_requests: int,
+    start_delay_s: float = 0.0,
+    retry_s: float | None = None,
 ) -> list[StreamRecord]:
-    """One client: stream after stream until ``end``; after a failure, wait the retry hint
-    (capped at 1 s; 0.1 s without one) rather than spin."""
+    """One client: stream after stream until ``end``; after a failure, wait ``retry_s``, or
+    (None) the retry hint (capped at 1 s; 0.1 s without one), rather than spin."""
     records: list[StreamRecord] = []
     await asyncio.sleep(start_delay_s)
     while time.perf_counter() < end or len(records) < min_requests:
         record = await one()
         records.append(record)
         if not record.ok:
-            await asyncio.sleep(min(record.retry_after_s or 0.1, 1.0))
+            if retry_s is not None:
+                await asyncio.sleep(retry_s)
+            else:
+                await asyncio.sleep(min(record.retry_after_s or 0.1, 1.0))
     return records
 
 
@@ -541,7 +559,13 @@ async def generate(conn: Connection, spec: LoadSpec) -> LoadResult:
         end = started + spec.duration_s
         per_client = await asyncio.gather(
             *(
-                closed_loop(clients.one(i), end, spec.min_requests, i * spec.ramp_s / spec.clients)
+                closed_loop(
+                    clients.one(i),
+                    end,
+                    spec.min_requests,
+                    i * spec.ramp_s / spec.clients,
+                    spec.retry_s,
+                )
                 for i in range(spec.clients)
             )
         )
@@ -620,16 +644,18 @@ class Pids:
         )
 
 
-def idle_line(pids: Pids, seconds: float = 3.0) -> str:
-    """CPU of each server process with the stack up and no load: the baseline inside every
-    CPU-per-stream figure (it matters at low levels)."""
+def idle_cpu(pids: Pids, seconds: float = 3.0) -> dict[str, float]:
+    """CPU seconds per second of each server process (tree) with the stack up and no load:
+    the baseline inside every CPU-per-stream figure (it matters at low levels)."""
     roots = {"grpc": [pids.grpc], "api": [pids.api], "workers": list(pids.workers)}
     roots["redis"] = [pids.redis]
     before = {name: tree_cpu_s(r) for name, r in roots.items()}
     time.sleep(seconds)
-    shares = [
-        f"{name} {(tree_cpu_s(r) - before[name]) / seconds * 100:.0f}%" for name, r in roots.items()
-    ]
+    return {name: (tree_cpu_s(r) - before[name]) / seconds for name, r in roots.items()}
+
+
+def idle_line(idle: dict[str, float], seconds: float = 3.0) -> str:
+    shares = [f"{name} {share * 100:.0f}%" for name, share in idle.items()]
     return f"idle CPU, {seconds:g} s, % of one core: {', '.join(shares)}\n"
 
 
@@ -669,6 +695,17 @@ class Row:
     @property
     def slow_refusals(self) -> int:
         return sum(1 for r in self.records if r.refusal and not r.refused_at_once)
+
+    @property
+    def refusals(self) -> int:
+        return sum(1 for r in self.records if r.refusal)
+
+    @property
+    def goodput(self) -> float:
+        """Streams per second that played to their end without an underrun."""
+        if not self.result:
+            return math.nan
+        return sum(1 for r in self.ok if not r.underran) / self.result.wall_s
 
 
 def run_load(
@@ -734,11 +771,11 @@ def _cpu_ms(cpu_s: float, count: int) -> str:
 def print_live_table(rows: list[Row], duration_s: float) -> None:
     print(f"\n### Live streams: closed loop, {duration_s:g} s per row, one sentence per stream\n")
     print(
-        "| front | clients | streams | streams/s | TTFA p50 | TTFA p99 | underran "
-        "| worst late | failures | refusals > 250 ms "
+        "| front | clients | streams | streams/s | goodput/s | TTFA p50 | TTFA p99 | underran "
+        "| worst late | failures | refusals | refusals > 250 ms "
         "| CPU ms/stream: front | workers | redis | load gen |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         name = FRONT_NAMES[row.front]
         if row.result is None:
@@ -749,8 +786,9 @@ def print_live_table(rows: list[Row], duration_s: float) -> None:
         failures = " ".join(f"{k}:{v}" for k, v in sorted(row.failures.items())) or "0"
         print(
             f"| {name} | {row.level} | {len(ok)} | {row.streams_per_s:.1f} "
+            f"| {row.goodput:.1f} "
             f"| {_ms(row.ttfa_ms(0.5))} | {_ms(row.ttfa_ms(0.99))} | {row.underran} "
-            f"| {worst * 1000:.0f} ms | {failures} | {row.slow_refusals} "
+            f"| {worst * 1000:.0f} ms | {failures} | {row.refusals} | {row.slow_refusals} "
             f"| {_cpu_ms(row.cpu_front_s, len(ok))} | {_cpu_ms(row.cpu_workers_s, len(ok))} "
             f"| {_cpu_ms(row.cpu_redis_s, len(ok))} | {_cpu_ms(row.result.cpu_s, len(ok))} |"
         )
@@ -763,6 +801,46 @@ def print_live_table(rows: list[Row], duration_s: float) -> None:
         seen = Counter((r.status, r.detail) for r in row.records if not r.ok and not r.refusal)
         for (status, detail), count in seen.most_common(3):
             print(f"- {FRONT_NAMES[row.front]} at {row.level}: {count} x {status}: {detail}")
+
+
+def print_refusal_cost(rows: list[Row], idle_cpu_per_s: dict[str, float]) -> None:
+    """CPU of one refusal to each front, from the rows themselves: over the rows of a front,
+    the least-squares fit of its CPU (less its idle CPU over the window) against streams
+    played and refusals, ``cpu = a * streams + b * refusals``; ``b`` is a refusal's cost. Needs
+    rows with different mixes of the two (e.g. 100-400 clients with ``--retry-ms 50``)."""
+    import numpy as np
+
+    for front in FRONTS:
+        mine = [row for row in rows if row.front == front and row.result is not None]
+        if len(mine) < 2 or not any(row.refusals for row in mine):
+            continue
+        x = np.array([[len(row.ok), row.refusals] for row in mine], dtype=np.float64)
+        y = np.array(
+            [
+                row.cpu_front_s - idle_cpu_per_s.get(FRONT_PROCESS[front], 0.0) * row.result.wall_s
+                for row in mine
+                if row.result is not None
+            ]
+        )
+        (per_stream, per_refusal), *_ = np.linalg.lstsq(x, y, rcond=None)
+        print(
+            f"\n{FRONT_NAMES[front]} front CPU, fitted over {len(mine)} rows: "
+            f"{per_stream * 1000:.2f} ms per stream played, "
+            f"{per_refusal * 1000:.3f} ms per refusal (target: well under 1 ms)"
+        )
+
+
+def print_goodput_target(rows: list[Row]) -> None:
+    found = {(row.front, row.level): row for row in rows if row.result is not None}
+    at_target, at_overload = found.get(("grpc", TARGET_LEVEL)), found.get(("grpc", OVERLOAD_LEVEL))
+    if at_target is None or at_overload is None:
+        print(f"SKIP gRPC goodput at {OVERLOAD_LEVEL} vs {TARGET_LEVEL}: not both run")
+        return
+    ratio = at_overload.goodput / at_target.goodput if at_target.goodput else math.nan
+    print(
+        f"{_verdict(ratio >= 0.9)} gRPC goodput at {OVERLOAD_LEVEL} within 10% of {TARGET_LEVEL}: "
+        f"{at_overload.goodput:.1f} vs {at_target.goodput:.1f} streams/s ({ratio:.2f}x)"
+    )
 
 
 def _verdict(passed: bool) -> str:
@@ -1054,6 +1132,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="offer permessage-deflate on the WebSocket (off: Opus does not compress)",
     )
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per live stream")
+    parser.add_argument(
+        "--retry-ms",
+        type=float,
+        help="after a failed stream wait exactly this (e.g. 50: the retry storm), not the hint",
+    )
     parser.add_argument("--settle-s", type=float, default=1.0, help="pause between rows")
     parser.add_argument(
         "--env",
@@ -1107,7 +1190,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
             if args.env:
                 print(f"server settings: {' '.join(args.env)}\n")
-            print(idle_line(pids), flush=True)
+            idle = idle_cpu(pids)
+            print(idle_line(idle), flush=True)
             base = LoadSpec(
                 front="grpc",
                 clients=1,
@@ -1119,9 +1203,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                 timeout_s=args.timeout_s,
             )
             rows: list[Row] = []
+            retry_s = None if args.retry_ms is None else args.retry_ms / 1000
             for level in args.levels:
                 for front in args.fronts:
-                    spec = replace(base, front=front, clients=level, ramp_s=args.ramp_s)
+                    spec = replace(
+                        base,
+                        front=front,
+                        clients=level,
+                        ramp_s=args.ramp_s,
+                        retry_s=retry_s,
+                    )
                     print(f"... {FRONT_NAMES[front]} at {level}", file=sys.stderr, flush=True)
                     rows.append(run_load(spec, pids))
                     time.sleep(args.settle_s)
@@ -1130,7 +1221,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if audio:
                     print(f"audio per stream: {statistics.median(audio) / 1000:.2f} s (median)")
                 print_live_table(rows, args.duration_s)
+                print_refusal_cost(rows, idle)
                 print_live_targets(rows)
+                print_goodput_target(rows)
                 sys.stdout.flush()
             if args.file_levels:
                 print("... embedded render", file=sys.stderr, flush=True)
