@@ -26,6 +26,10 @@ batch, :mod:`bench.chattts_continuous`): real-time first audio idle vs batch lan
 batch-lane throughput with mixed lengths, KV memory per row — on the tiny checkpoint, and with
 ``--full`` on the official architecture too (few steps).
 
+``--hog-runs N`` prints only issue 27's stall check (:mod:`bench.chattts_hog`): the continuous
+batcher's real-time first audio idle vs beside a saturated batch lane, N fresh runs, a process
+spinning on a core throughout, every slow probe traced (steps, admits, collections, the rest).
+
 Run: ``.venv/bin/python bench/chattts.py [--steps 96] [--repeat 3] [--full]``
 """
 
@@ -51,6 +55,7 @@ if str(ROOT) not in sys.path:  # `python bench/chattts.py`: the checkpoint build
     sys.path.insert(0, str(ROOT))
 
 from bench.chattts_continuous import Scale, continuous_tables  # noqa: E402
+from bench.chattts_hog import hog_rows  # noqa: E402
 from bench.tables import header  # noqa: E402
 from tests.support.chattts_checkpoint import (  # noqa: E402
     FULL,
@@ -373,6 +378,12 @@ def main() -> None:
         "--continuous", action="store_true", help="the continuous-batching tables (a-c)"
     )
     parser.add_argument(
+        "--hog-runs",
+        type=int,
+        default=0,
+        help="only: continuous first audio beside a CPU hog, this many runs (bench.chattts_hog)",
+    )
+    parser.add_argument(
         "--throughput-threads",
         type=int,
         default=1,
@@ -385,6 +396,12 @@ def main() -> None:
     print(f"torch {torch.__version__}, CPU, {cores} cores\n")
     with tempfile.TemporaryDirectory() as temp:
         root = Path(temp)
+        if args.hog_runs:
+            torch.set_num_threads(args.throughput_threads)
+            print(f"torch threads: {args.throughput_threads}\n")
+            settings = ChatTTSSettings(dir=build(root, "tiny", TINY))
+            hog_rows(settings, TINY_SCALE, args.hog_runs)
+            return
         if args.continuous:
             torch.set_num_threads(args.throughput_threads)
             print(f"torch threads: {args.throughput_threads}\n")
