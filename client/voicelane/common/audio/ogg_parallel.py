@@ -45,7 +45,6 @@ from typing import BinaryIO
 import av
 import numpy as np
 
-from voicelane.common.audio.files import AudioFileWriter, AudioFormat
 from voicelane.common.audio.opus import (
     DEFAULT_COMPLEXITY,
     OpusStreamEncoder,
@@ -53,6 +52,7 @@ from voicelane.common.audio.opus import (
     samples_per_frame,
 )
 from voicelane.common.audio.pcm import PcmF32
+from voicelane.common.audio.writer import AudioFileWriter, AudioFormat
 
 PIECE_S = 10.0
 """Audio per piece (the join is moved up to :data:`SEEK_FRAMES` earlier, to a quiet frame)."""
@@ -223,8 +223,8 @@ class ParallelOggWriter(AudioFileWriter):
 
     def _close(self) -> None:
         try:
-            self._total = self._samples
-            if self._samples:
+            self._total = self.samples_written
+            if self._total:
                 self._cut(None)
             while self._in_flight:
                 self._mux(self._in_flight.popleft().result())
