@@ -383,6 +383,7 @@ def main() -> None:
         default=0,
         help="only: continuous first audio beside a CPU hog, this many runs (bench.chattts_hog)",
     )
+    parser.add_argument("--hogs", type=int, default=1, help="spinning processes for --hog-runs")
     parser.add_argument(
         "--throughput-threads",
         type=int,
@@ -400,7 +401,7 @@ def main() -> None:
             torch.set_num_threads(args.throughput_threads)
             print(f"torch threads: {args.throughput_threads}\n")
             settings = ChatTTSSettings(dir=build(root, "tiny", TINY))
-            hog_rows(settings, TINY_SCALE, args.hog_runs)
+            hog_rows(settings, TINY_SCALE, args.hog_runs, hogs=args.hogs)
             return
         if args.continuous:
             torch.set_num_threads(args.throughput_threads)

@@ -163,21 +163,23 @@ def _explain(recorder: Recorder, start: float, end: float) -> str:
 
 
 def hog_rows(
-    settings: ChatTTSSettings, scale: Scale, runs: int, device: str = "cpu"
+    settings: ChatTTSSettings, scale: Scale, runs: int, device: str = "cpu", hogs: int = 1
 ) -> list[dict[str, Any]]:
     print(
         f"#### Continuous batching beside a CPU hog: {scale.label}, {runs} runs\n\n"
         f"Each run: a fresh continuous batcher, {scale.probes} streamed probes of "
         f"{scale.probe_steps} steps idle, then beside max_batch {scale.max_batch} with "
         f"{2 * scale.max_batch} batch-lane sentences of {scale.min_steps}-{scale.max_steps} "
-        "steps; one process spinning on a core throughout\n"
+        f"steps; {hogs} process(es) spinning, one core each, throughout\n"
     )
     header(
         "run", "idle p50 ms", "idle max ms", "saturated p50 ms", "saturated max ms",
         "max ratio", f"probes > {SLOW_X:g}x idle max",
     )  # fmt: skip
-    hog = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
-    hog.start()
+    spawn = multiprocessing.get_context("spawn")
+    hog_processes = [spawn.Process(target=_spin, daemon=True) for _ in range(hogs)]
+    for hog in hog_processes:
+        hog.start()
     recorder = Recorder()
     gc.callbacks.append(recorder.gc_callback)
     rows: list[dict[str, Any]] = []
@@ -211,8 +213,9 @@ def hog_rows(
                 recorder.spans.clear()
     finally:
         gc.callbacks.remove(recorder.gc_callback)
-        hog.terminate()
-        hog.join()
+        for hog in hog_processes:
+            hog.terminate()
+            hog.join()
     met = sum(1 for r in rows if r["busy_max_s"] <= SLOW_X * r["idle_max_s"])
     print()
     print("\n".join(traces) or f"- no probe took more than {SLOW_X:g}x its run's idle max")
