@@ -128,3 +128,15 @@ def test_an_empty_file_and_a_closed_writer() -> None:
     assert buf.getvalue().startswith(b"OggS")
     with pytest.raises(ValueError, match="closed"):
         writer.write(np.zeros(10, dtype=np.float32))
+
+
+@pytest.mark.parametrize("rate", [8000, 12000, 16000, 48000])
+def test_every_opus_rate_decodes_to_exactly_the_samples_written(rate: int) -> None:
+    """Frame size and look-ahead scale with the rate (160 and 52 samples at 8 kHz ...)."""
+    x = (0.2 * np.sin(np.arange(int(rate * 23.37)) * 0.05)).astype(np.float32)
+    buf = io.BytesIO()
+    with open_writer(buf, AudioFormat.OGG, rate, encode_threads=2) as writer:
+        writer.write(x)
+    assert isinstance(writer, ParallelOggWriter) and len(writer.joins) == 2
+    decoded, _ = decode_to_pcm(buf.getvalue(), 48000)
+    assert len(decoded) == len(x) * 48000 // rate
