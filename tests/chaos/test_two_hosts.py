@@ -264,6 +264,11 @@ def break_host_b(lane: Lane, fault: Callable[[], None]) -> Fault:
     return Fault(at, job_id, total, held, runs)
 
 
+def stream_owner(lane: Lane, run: StreamRun) -> str | None:
+    """The worker that owns the stream's output now (the last to take it)."""
+    return _text(lane.ledger.redis.get(owner_key(lane_request_id("acme", run.request_id))))
+
+
 def check_streams(lane: Lane, runs: list[StreamRun], fault_at: float) -> list[str]:
     """Every stream carried on from the survivor or ended UNAVAILABLE within the bound;
     returns one line per stream (how it ended, the gap the listener heard)."""
@@ -283,7 +288,7 @@ def check_streams(lane: Lane, runs: list[StreamRun], fault_at: float) -> list[st
             continue
         assert run.code == "OK", (run.code, run.details)
         assert arrivals[-1] > fault_at, "the stream had ended before the fault"
-        finisher = _text(lane.ledger.redis.get(owner_key(lane_request_id("acme", run.request_id))))
+        finisher = stream_owner(lane, run)
         assert finisher == SURVIVOR, finisher
         gap_s, before_s = max(  # the takeover's silence, and when it began (from the fault)
             (b - a, a - fault_at) for a, b in itertools.pairwise(arrivals)
@@ -373,6 +378,17 @@ def test_a_cut_link_to_the_worker_host_mid_job_and_mid_stream(lane: Lane) -> Non
             lambda: fault.held_by_b <= lane.ledger.chunks.done(fault.job_id),
             60,
             "the survivor to commit the chunks B held",
+        )
+        # And every stream was taken over by the survivor or ended UNAVAILABLE: the link
+        # must not come back first (B would then carry on the streams nobody took yet, as a
+        # network blip allows; CI saw B finish one).
+        wait_for(
+            lambda: all(
+                run.code == "UNAVAILABLE" or stream_owner(lane, run) == SURVIVOR
+                for run in fault.runs
+            ),
+            unavailable_bound_s(RT) + 10,
+            "every stream taken over by host A or ended UNAVAILABLE, before the heal",
         )
         cut_s = time.monotonic() - fault.at
         lane.hosts.heal()
