@@ -244,7 +244,6 @@ class _Resume:
     next_seq: int = 0
     pts_ms: int = 0
     next_sentence: int = 0
-    ended: bool = False
 
 
 @dataclass
@@ -420,9 +419,8 @@ class Session:
             log.info("request %s had already ended: acknowledged", rid)
             return
         self._first_input = first_input
+        # Taken, so its output had not ended, and only this worker writes it from now on.
         resume = await self._resume_point() if self.takeover else _Resume()
-        if resume.ended:
-            return
         if request.expired:
             await self._append([OutputEvent.failure(DeadlineExceededError("deadline passed"))])
             return
@@ -755,8 +753,6 @@ class Session:
         events = await self.io.output_events(self.request.request_id)
         resume = _Resume()
         for event in events:
-            if event.kind in (EventKind.END, EventKind.ERROR):
-                resume.ended = True
             if event.kind is EventKind.AUDIO:
                 resume.next_seq = event.seq + 1
                 resume.pts_ms = event.pts_ms + FRAME_DURATION_MS * len(event.data)
