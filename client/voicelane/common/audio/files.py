@@ -215,6 +215,43 @@ M4B_MAX_EXTRA_SAMPLES = 1023
 _BLOCK_S = 0.1
 
 
+def _open_output(
+    target: str | os.PathLike[str] | BinaryIO,
+    fmt: AudioFormat | None,
+    sample_rate_hz: int,
+    bitrate_bps: int | None,
+) -> tuple[OutputContainer, AudioStream]:
+    """``fmt``'s container (None: ADTS) on ``target`` with its one mono stream, the header
+    written (:meth:`start_encoding`); closed again if any of that fails."""
+    spec = ADTS_CODEC if fmt is None else _CODECS[fmt]
+    file: str | BinaryIO = os.fspath(target) if isinstance(target, str | os.PathLike) else target
+    options: dict[str, str] = {}
+    container_options: dict[str, str] = {}
+    if fmt is AudioFormat.OGG:
+        options["compression_level"] = str(DEFAULT_COMPLEXITY)
+    if fmt is AudioFormat.M4B:
+        container_options["brand"] = M4B_BRAND
+        if isinstance(file, str):  # faststart reopens the file by name: paths only
+            container_options["movflags"] = "+faststart"
+    container: OutputContainer = av.open(
+        file, mode="w", format=spec.container, options=container_options
+    )
+    try:
+        stream = container.add_stream(
+            spec.codec, rate=sample_rate_hz, options=options, layout="mono"
+        )
+        if not isinstance(stream, AudioStream):  # pragma: no cover - codecs above are audio
+            raise TypeError(f"{spec.codec} is not an audio codec")
+        stream.format = spec.sample_format
+        if bitrate_bps is not None:
+            stream.bit_rate = bitrate_bps
+        container.start_encoding()
+    except BaseException:
+        container.close()
+        raise
+    return container, stream
+
+
 class _PyAVWriter(AudioFileWriter):
     def __init__(
         self,
@@ -224,36 +261,9 @@ class _PyAVWriter(AudioFileWriter):
         bitrate_bps: int | None,
     ) -> None:
         super().__init__(fmt, sample_rate_hz)
-        spec = ADTS_CODEC if fmt is None else _CODECS[fmt]
-        self._sample_format = spec.sample_format
-        file: str | BinaryIO = (
-            os.fspath(target) if isinstance(target, str | os.PathLike) else target
-        )
-        options: dict[str, str] = {}
-        container_options: dict[str, str] = {}
-        if fmt is AudioFormat.OGG:
-            options["compression_level"] = str(DEFAULT_COMPLEXITY)
-        if fmt is AudioFormat.M4B:
-            container_options["brand"] = M4B_BRAND
-            if isinstance(file, str):  # faststart reopens the file by name: paths only
-                container_options["movflags"] = "+faststart"
-        self._container: OutputContainer = av.open(
-            file, mode="w", format=spec.container, options=container_options
-        )
-        try:
-            stream = self._container.add_stream(
-                spec.codec, rate=sample_rate_hz, options=options, layout="mono"
-            )
-            if not isinstance(stream, AudioStream):  # pragma: no cover - codecs above are audio
-                raise TypeError(f"{spec.codec} is not an audio codec")
-            stream.format = spec.sample_format
-            if bitrate_bps is not None:
-                stream.bit_rate = bitrate_bps
-            self._stream = stream
-            self._container.start_encoding()
-        except BaseException:
-            self._container.close()
-            raise
+        self._sample_format = (ADTS_CODEC if fmt is None else _CODECS[fmt]).sample_format
+        self._container, stream = _open_output(target, fmt, sample_rate_hz, bitrate_bps)
+        self._stream = stream
         frame_size = stream.codec_context.frame_size
         self._frame_size = frame_size if frame_size > 0 else 1
         min_block = math.ceil(sample_rate_hz * _BLOCK_S)
@@ -336,7 +346,9 @@ def open_writer(
     if fmt is AudioFormat.OGG and encode_threads > 1 and bitrate is not None:
         from voicelane.common.audio.ogg_parallel import ParallelOggWriter  # imports this module
 
-        return ParallelOggWriter(target, int(sample_rate_hz), bitrate, encode_threads)
+        # The one-encoder writer's container and header: the same OpusHead, pre-skip included.
+        container, stream = _open_output(target, fmt, int(sample_rate_hz), bitrate)
+        return ParallelOggWriter(container, stream, int(sample_rate_hz), bitrate, encode_threads)
     return _PyAVWriter(target, fmt, int(sample_rate_hz), bitrate)
 
 

@@ -35,15 +35,15 @@ The speed is ``bench/render.py``'s.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
-from typing import BinaryIO
 
 import av
 import numpy as np
+from av.audio.stream import AudioStream
+from av.container import OutputContainer
 
 from voicelane.common.audio.opus import (
     DEFAULT_COMPLEXITY,
@@ -92,40 +92,28 @@ class ParallelOggWriter(AudioFileWriter):
 
     def __init__(
         self,
-        target: str | os.PathLike[str] | BinaryIO,
+        container: OutputContainer,
+        stream: AudioStream,
         sample_rate_hz: int,
         bitrate_bps: int,
         threads: int,
     ) -> None:
+        """``container``: an Ogg container opened with its one libopus ``stream`` and its
+        header written (what :func:`~voicelane.common.audio.files.open_writer` hands over);
+        the writer muxes into it and closes it."""
         super().__init__(AudioFormat.OGG, sample_rate_hz)
-        file: str | BinaryIO = (
-            os.fspath(target) if isinstance(target, str | os.PathLike) else target
-        )
+        self._container = container
+        self._stream = stream
         self._bitrate_bps = bitrate_bps
         self._time_base = Fraction(1, sample_rate_hz)
-        self._container = av.open(file, mode="w", format="ogg")
-        try:
-            stream = self._container.add_stream(
-                "libopus",
-                rate=sample_rate_hz,
-                options={"compression_level": str(DEFAULT_COMPLEXITY)},
-                layout="mono",
-            )
-            stream.format = "flt"
-            stream.bit_rate = bitrate_bps
-            self._container.start_encoding()  # the header (OpusHead, pre-skip) from its encoder
-        except BaseException:
-            self._container.close()
-            raise
-        self._stream = stream
         self._frame = samples_per_frame(sample_rate_hz)
         self._delay = codec_delay_samples(sample_rate_hz)
         """The encoder's look-ahead: packet n starts at n x frame - delay (the pre-skip)."""
         self._muxed_frames = 0
         self._total: int | None = None
         """Samples in the file, once closing (the last packet is cut to end there)."""
-        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="ogg-encode")
         self._threads = max(1, threads)
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="ogg-encode")
         self._in_flight: deque[Future[list[bytes]]] = deque()
         self._buffer: list[PcmF32] = []
         self._buffer_start = 0

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from voicelane.common.audio import ogg_parallel
-from voicelane.common.audio.files import AudioFormat, decode_to_pcm, open_writer, probe
+from voicelane.common.audio.files import (
+    AudioFileWriter,
+    AudioFormat,
+    decode_to_pcm,
+    open_writer,
+    probe,
+)
 from voicelane.common.audio.ogg_parallel import ParallelOggWriter
 from voicelane.common.audio.pcm import PcmF32
 
@@ -32,7 +38,20 @@ def speech_like(seconds: float, *, pauses: bool = True, phrase_hz: float = 0.37)
     return out
 
 
-def write(x: PcmF32, threads: int, sizes: tuple[int, ...] = (4800, 7, 23999, 1, 96000)) -> bytes:
+def write_parallel(
+    x: PcmF32, sizes: tuple[int, ...] = (4800, 7, 23999, 1, 96000)
+) -> tuple[bytes, list[int]]:
+    """``x`` written by two encoders in pieces of cycling sizes: the file and its joins."""
+    data, writer = _write(x, 2, sizes)
+    assert isinstance(writer, ParallelOggWriter)
+    return data, writer.joins
+
+
+def write(x: PcmF32, threads: int) -> bytes:
+    return _write(x, threads, (4800, 7, 23999, 1, 96000))[0]
+
+
+def _write(x: PcmF32, threads: int, sizes: tuple[int, ...]) -> tuple[bytes, AudioFileWriter]:
     buf = io.BytesIO()
     with open_writer(buf, AudioFormat.OGG, RATE, encode_threads=threads) as writer:
         i = k = 0
@@ -40,8 +59,7 @@ def write(x: PcmF32, threads: int, sizes: tuple[int, ...] = (4800, 7, 23999, 1, 
             writer.write(x[i : i + sizes[k % len(sizes)]])
             i += sizes[k % len(sizes)]
             k += 1
-    write.last = writer  # type: ignore[attr-defined]
-    return buf.getvalue()
+    return buf.getvalue(), writer
 
 
 def frame_error(decoded: PcmF32, x: PcmF32) -> PcmF32:
@@ -80,13 +98,12 @@ def test_joins_are_as_clean_as_the_rest_of_the_file(
     Measured: the frames at a join 1.0-1.33x the one-piece error with the warm-up, up to
     3.1-3.7x without it (a piece one frame off is far worse)."""
     x = speech_like(45.0, pauses=pauses)
-    parallel = write(x, threads=2)
-    joins = write.last.joins  # type: ignore[attr-defined]
+    parallel, joins = write_parallel(x)
     assert len(joins) == 4 and all(j % FRAME == 0 for j in joins), joins
     with monkeypatch.context() as patch:
         patch.setattr(ogg_parallel, "PIECE_S", 1000.0)
-        whole = write(x, threads=2)
-        assert write.last.joins == []  # type: ignore[attr-defined]
+        whole, no_joins = write_parallel(x)
+        assert no_joins == []
     p_err = frame_error(decode_to_pcm(parallel)[0], x)
     w_err = frame_error(decode_to_pcm(whole)[0], x)
     assert abs(float(p_err.mean()) - float(w_err.mean())) <= 0.05 * float(w_err.mean())
@@ -111,8 +128,7 @@ def test_the_same_quality_and_size_as_the_one_encoder_writer() -> None:
 def test_joins_fall_on_quiet_frames() -> None:
     """A pause within the last SEEK_FRAMES of a piece is where it ends."""
     x = speech_like(25.0, pauses=True, phrase_hz=1.2)
-    write(x, threads=2)
-    joins = write.last.joins  # type: ignore[attr-defined]
+    _, joins = write_parallel(x)
     assert joins
     level = np.sqrt((x[: len(x) // FRAME * FRAME].reshape(-1, FRAME) ** 2).mean(axis=1))
     for join in joins:
