@@ -114,21 +114,40 @@ class BatchLaneLoad:
             future.cancel()
 
 
-def probe_first_audio_s(batcher: Batcher, scale: Scale, count: int) -> list[float]:
-    """Real-time streams one after the other: submit → first chunk, seconds."""
+def probe_times(batcher: Batcher, scale: Scale, count: int) -> list[tuple[float, float]]:
+    """Real-time streams one after the other: (submitted, first chunk), perf_counter s."""
     rng = random.Random(3)
-    results: list[float] = []
+    results: list[tuple[float, float]] = []
     for index in range(count):
         time.sleep(rng.uniform(0.0, 0.05))
         utterance = Utterance(PROBE_TEXT, VOICES[0], seed=index, params=exact(scale.probe_steps))
         started = time.perf_counter()
         stream = batcher.submit_stream(utterance, priority=Priority.REALTIME)
         first = stream.read(TIMEOUT_S)
-        results.append(time.perf_counter() - started)
+        results.append((started, time.perf_counter()))
         assert first is not None
         while stream.read(TIMEOUT_S) is not None:
             pass
     return results
+
+
+def idle_then_saturated(
+    batcher: Batcher, scale: Scale
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """Table a's probes on one batcher: after a warm-up, ``scale.probes`` with nothing else
+    running, then as many beside a kept-full batch lane (:class:`BatchLaneLoad`)."""
+    probe_times(batcher, scale, 1)  # warm-up
+    idle = probe_times(batcher, scale, scale.probes)
+    load = BatchLaneLoad(batcher, scale)
+    load.start()
+    time.sleep(0.5)
+    busy = probe_times(batcher, scale, scale.probes)
+    load.stop()
+    return idle, busy
+
+
+def seconds(times: list[tuple[float, float]]) -> list[float]:
+    return [end - start for start, end in times]
 
 
 Row = dict[str, Any]
@@ -149,13 +168,8 @@ def first_audio_rows(settings: ChatTTSSettings, scale: Scale, device: str) -> li
     for continuous in (False, True):
         config = BatcherSettings(max_batch=scale.max_batch, continuous=continuous)
         with Batcher(ChatTTSEngine(settings, device=device), config) as batcher:
-            probe_first_audio_s(batcher, scale, 1)  # warm-up
-            idle = probe_first_audio_s(batcher, scale, scale.probes)
-            load = BatchLaneLoad(batcher, scale)
-            load.start()
-            time.sleep(0.5)
-            busy = probe_first_audio_s(batcher, scale, scale.probes)
-            load.stop()
+            idle_times, busy_times = idle_then_saturated(batcher, scale)
+        idle, busy = seconds(idle_times), seconds(busy_times)
         idle_p50, idle_max = statistics.median(idle), max(idle)
         busy_p50, busy_max = statistics.median(busy), max(busy)
         name = "continuous" if continuous else "static batches"

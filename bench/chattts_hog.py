@@ -29,15 +29,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.chattts_continuous import PROBE_TEXT, VOICES, BatchLaneLoad, Scale, exact
+from bench.chattts_continuous import Scale, idle_then_saturated, seconds
 from bench.tables import header
 from voicelane.core.settings import BatcherSettings, ChatTTSSettings
-from voicelane.workers.batching import Batcher, Priority
+from voicelane.workers.batching import Batcher
 from voicelane.workers.engines import Utterance
 from voicelane.workers.engines.base import StepEvent, StepSession
 from voicelane.workers.engines.chattts import ChatTTSEngine
 
-TIMEOUT_S = 600.0
 SLOW_X = 3.0
 """A probe is traced when its first audio took more than this times the run's idle max."""
 
@@ -73,6 +72,10 @@ class Recorder:
         else:
             kind = f"gc{info.get('generation', '?')}"
             self.add(Span(kind, self._gc_started, time.perf_counter()))
+
+    def clear(self) -> None:
+        with self._lock:
+            self.spans.clear()
 
     def between(self, start: float, end: float) -> list[Span]:
         with self._lock:
@@ -120,22 +123,6 @@ def _traced_engine(settings: ChatTTSSettings, device: str, recorder: Recorder) -
 
     setattr(engine, "open_steps", traced)  # noqa: B010 - an instance's method, wrapped
     return engine
-
-
-def _probes(batcher: Batcher, scale: Scale, count: int) -> list[tuple[float, float]]:
-    """Real-time streams one after the other: (submitted, first chunk) perf_counter times."""
-    out: list[tuple[float, float]] = []
-    for index in range(count):
-        time.sleep(0.02)
-        utterance = Utterance(PROBE_TEXT, VOICES[0], seed=index, params=exact(scale.probe_steps))
-        started = time.perf_counter()
-        stream = batcher.submit_stream(utterance, priority=Priority.REALTIME)
-        first = stream.read(TIMEOUT_S)
-        out.append((started, time.perf_counter()))
-        assert first is not None
-        while stream.read(TIMEOUT_S) is not None:
-            pass
-    return out
 
 
 def _explain(recorder: Recorder, start: float, end: float) -> str:
@@ -189,15 +176,8 @@ def hog_rows(
             config = BatcherSettings(max_batch=scale.max_batch, continuous=True)
             engine = _traced_engine(settings, device, recorder)
             with Batcher(engine, config) as batcher:
-                _probes(batcher, scale, 1)  # warm-up
-                idle = _probes(batcher, scale, scale.probes)
-                load = BatchLaneLoad(batcher, scale)
-                load.start()
-                time.sleep(0.5)
-                busy = _probes(batcher, scale, scale.probes)
-                load.stop()
-            idle_s = [end - start for start, end in idle]
-            busy_s = [end - start for start, end in busy]
+                idle, busy = idle_then_saturated(batcher, scale)
+            idle_s, busy_s = seconds(idle), seconds(busy)
             idle_max = max(idle_s)
             slow = [(start, end) for start, end in busy if end - start > SLOW_X * idle_max]
             ratio = max(busy_s) / idle_max
@@ -209,8 +189,7 @@ def hog_rows(
             )
             traces += [f"- run {run}: {_explain(recorder, s, e)}" for s, e in slow]
             rows.append({"run": run, "idle_max_s": idle_max, "busy_max_s": max(busy_s)})
-            with recorder._lock:
-                recorder.spans.clear()
+            recorder.clear()
     finally:
         gc.callbacks.remove(recorder.gc_callback)
         for hog in hog_processes:
