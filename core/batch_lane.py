@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from voicelane.common.errors import JobStateError, UnavailableError
 from voicelane.core.engines import ENGINE_NAMES, render_queue
 from voicelane.core.ledger import Job, JobOptions, JobState, Ledger
+from voicelane.core.ledger.queues import PRIORITY_STEPS
 from voicelane.core.redis_clients import celery_broker
 from voicelane.core.settings import ServiceSettings
 
@@ -69,7 +70,8 @@ TASK_QUEUES = {
 
 class Enqueue(Protocol):
     """Send ``task`` with ``args`` (ids only) to its queue (``queue``: another than the
-    task's own, such as a chunk's engine's render queue)."""
+    task's own, such as a chunk's engine's render queue), at ``priority`` (one of
+    :data:`~voicelane.core.ledger.queues.PRIORITY_STEPS`; 0, the default, is served first)."""
 
     def __call__(
         self,
@@ -77,6 +79,7 @@ class Enqueue(Protocol):
         *args: str | int,
         countdown_s: float | None = None,
         queue: str | None = None,
+        priority: int = 0,
     ) -> None: ...
 
 
@@ -88,11 +91,13 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
     runs; ``visibility_timeout`` = 2 x the longest task's time limit, so a healthy long task is
     never handed out twice at once; ``unacked_restore_interval=5`` with
     ``unacked_restore_throttle=1``: a dead worker's messages come back within seconds after
-    that (leases and the reconciler recover chunks faster; this is the backstop); each queue
-    its own direct exchange; task events on, for Flower. With sentinels, kombu's
-    ``sentinel://`` transport (the primary asked of them on every reconnect), with a crash of
-    its fixed (:mod:`voicelane.core.kombu_sentinel`); no result backend is used
-    (``task_ignore_result``), so none needs Sentinel.
+    that (leases and the reconciler recover chunks faster; this is the backstop);
+    ``priority_steps`` pinned to :data:`~voicelane.core.ledger.queues.PRIORITY_STEPS` (the
+    ledger counts a queue's messages in each step's list, and the fair feed sends a tenant's
+    later chunks at lower priorities); each queue its own direct exchange; task events on,
+    for Flower. With sentinels, kombu's ``sentinel://`` transport (the primary asked of them
+    on every reconnect), with a crash of its fixed (:mod:`voicelane.core.kombu_sentinel`); no
+    result backend is used (``task_ignore_result``), so none needs Sentinel.
     """
     from kombu import Exchange, Queue
 
@@ -118,6 +123,7 @@ def configure_celery(app: Celery, settings: ServiceSettings) -> None:
             "visibility_timeout": int(2 * settings.render_time_limit_s),
             "unacked_restore_interval": 5,
             "unacked_restore_throttle": 1,
+            "priority_steps": list(PRIORITY_STEPS),
             **sentinel_options,
         },
         task_queues=[
@@ -145,11 +151,19 @@ def send_task(
     *args: str | int,
     countdown_s: float | None = None,
     queue: str | None = None,
+    priority: int = 0,
 ) -> None:
-    """Send a task by name to its queue (or ``queue``): ids only, never text."""
+    """Send a task by name to its queue (or ``queue``), at ``priority``: ids only, never
+    text."""
     queue = queue or TASK_QUEUES[task]
     app.send_task(
-        task, args=list(args), queue=queue, exchange=queue, routing_key=queue, countdown=countdown_s
+        task,
+        args=list(args),
+        queue=queue,
+        exchange=queue,
+        routing_key=queue,
+        countdown=countdown_s,
+        priority=priority or None,
     )
 
 
@@ -181,8 +195,11 @@ class CeleryEnqueue:
         *args: str | int,
         countdown_s: float | None = None,
         queue: str | None = None,
+        priority: int = 0,
     ) -> None:
-        send_task(self._producer(), task, *args, countdown_s=countdown_s, queue=queue)
+        send_task(
+            self._producer(), task, *args, countdown_s=countdown_s, queue=queue, priority=priority
+        )
 
 
 class BatchClient:

@@ -38,7 +38,11 @@ def _reset_connections() -> None:
 
 
 def enqueue(
-    task: str, *args: str | int, countdown_s: float | None = None, queue: str | None = None
+    task: str,
+    *args: str | int,
+    countdown_s: float | None = None,
+    queue: str | None = None,
+    priority: int = 0,
 ) -> None:
     """:class:`voicelane.core.batch_lane.Enqueue` on the workers' app."""
-    send_task(app, task, *args, countdown_s=countdown_s, queue=queue)
+    send_task(app, task, *args, countdown_s=countdown_s, queue=queue, priority=priority)

@@ -51,6 +51,7 @@ from voicelane.core.ledger import (
     LeaseStatus,
     Ledger,
 )
+from voicelane.core.ledger.queues import priority_for_rank
 from voicelane.core.metrics import count_unspeakable
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.speech_text import (
@@ -319,19 +320,28 @@ def first_chunks(chunks: Sequence[ChunkPlan], job: Job) -> list[int]:
 
 def feed_render_queue(ctx: JobContext, engine: str | None = None) -> int:
     """Top ``engine``'s render queue (None: every engine's) up to ``render_queue_target``
-    waiting chunks, taken from the tenants' lines in turn
-    (:meth:`voicelane.core.ledger.feed.FairFeed.take`), so one tenant's backlog never stands
-    between another tenant's job and the GPUs. Called after planning, after every chunk, and
-    by the reconciler. Returns the chunks enqueued."""
+    waiting chunks, taken from the tenants' lines in turn, plus one chunk of each tenant with
+    none queued (:meth:`voicelane.core.ledger.feed.FairFeed.take`); each is sent at the
+    priority of its rank among its tenant's queued chunks
+    (:func:`~voicelane.core.ledger.queues.priority_for_rank`). So one tenant's backlog never
+    stands between another tenant's job and the GPUs, in the feed's lines or in the queue.
+    Called after planning, after every chunk, and by the reconciler. Returns the chunks
+    enqueued."""
     fed = 0
     for name in ENGINE_NAMES if engine is None else (engine,):
         queue = render_queue(name)
-        room = ctx.settings.render_queue_target - ctx.ledger.queues.length(queue)
-        if room <= 0:
-            continue
-        taken = ctx.ledger.feed.take(room, engine=name)
-        for job_id, n in taken:
-            ctx.enqueue(RENDER_CHUNK_TASK, job_id, n, queue=queue)
+        queued = ctx.ledger.queues.length(queue)
+        if queued == 0:
+            ctx.ledger.feed.forget_queued(engine=name)
+        taken = ctx.ledger.feed.take(ctx.settings.render_queue_target - queued, engine=name)
+        for chunk in taken:
+            ctx.enqueue(
+                RENDER_CHUNK_TASK,
+                chunk.job_id,
+                chunk.n,
+                queue=queue,
+                priority=priority_for_rank(chunk.rank),
+            )
         fed += len(taken)
     return fed
 
@@ -402,7 +412,10 @@ def render_chunk(ctx: JobContext, job_id: str, n: int) -> str:
     assert ctx.batcher is not None, "render_chunk needs a worker with an engine"
     ledger = ctx.ledger
     job = ledger.jobs.get(job_id)
-    if job is None or job.state is not JobState.RENDERING:
+    if job is None:
+        return "inactive"
+    ledger.feed.started(engine=job.options.engine, tenant=job.tenant)
+    if job.state is not JobState.RENDERING:
         return "inactive"
     lease = ledger.chunks.acquire(job_id, n, ctx.worker_name, ctx.settings.lease_ttl_s)
     if lease.status is not LeaseStatus.ACQUIRED:

@@ -30,13 +30,14 @@ PLACEHOLDERS = {
     "n": r"\d+",
     "tenant": r"[^:]+",
     "what": r"plan|assemble|chunk:\d+",
-    "queue": r"[a-z]+(?:\.[a-z]+)?",
+    "queue": r"[a-z]+(?:\.[a-z]+)?(?:\x06\x16[369])?",
     "engine": r"[a-z]+",
     "sha256": r"[0-9a-f]{64}",
 }
 """What each placeholder of a pattern may hold (job ids are uuid4 hex; chunk numbers count
 from 0; a tenant has no colon; a requeue hold is for ``plan``, ``assemble`` or ``chunk:{n}``;
-a voice clip is named by its SHA-256)."""
+a voice clip is named by its SHA-256; a Celery queue's lower-priority lists end in kombu's
+separator and the step, :mod:`voicelane.core.ledger.queues`)."""
 
 
 class Lifetime(enum.StrEnum):
@@ -329,14 +330,22 @@ FEED_LINE = Family(
     Lifetime.SHARED,
     "jobs.py (save_plan), feed.py (take)",
 )
+FEED_QUEUED = Family(
+    PREFIX + "sched:{engine}:queued",
+    "hash",
+    "tenant -> its chunks in the engine's render queue not yet started (a scheduling hint: "
+    "the rank, and so the priority, of its next one)",
+    Lifetime.SHARED,
+    "feed.py (take, started, forget_queued)",
+)
 
 # ---- Celery's ------------------------------------------------------------------------------
 
 CELERY_QUEUE = Family(
     "{queue}",
     "list",
-    "a Celery queue's waiting messages (voicelane.core.batch_lane.QUEUES); the ledger only "
-    "reads its length",
+    "a Celery queue's waiting messages (voicelane.core.batch_lane.QUEUES), and of its "
+    "priorities 3, 6 and 9 ('{queue}\\x06\\x16{priority}'); the ledger only reads their lengths",
     Lifetime.SHARED,
     "Celery (kombu's Redis transport)",
 )
@@ -370,6 +379,7 @@ FAMILIES: tuple[Family, ...] = (
     FEED_RING,
     FEED_TENANTS,
     FEED_LINE,
+    FEED_QUEUED,
     CELERY_QUEUE,
 )
 """The whole table."""

@@ -204,8 +204,9 @@ class ServiceSettings(RedisSettings):
     reconciler sweeps them). Its id then answers 404."""
     render_queue_target: int = Field(16, ge=1)
     """Chunks kept waiting in the ``render`` queue; the rest wait in per-tenant lists and are
-    fed in turn (round robin over tenants). Keep it about the number of render threads of
-    all GPU workers: higher keeps GPUs busier, lower lets a new tenant in sooner."""
+    fed in turn (round robin over tenants), and a tenant with none queued gets one in
+    regardless, at the front (docs/batch-lane.md, "Fair feed"). Keep it about the number of
+    render threads of all GPU workers: higher keeps GPUs busier between feeds."""
     realtime: RealtimeSettings = Field(default_factory=RealtimeSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     """Object storage (``VOICELANE_STORAGE__*``, docs/storage.md)."""

@@ -79,7 +79,11 @@ def app_client(redis_url: str, tmp_path: Path, **settings: Any) -> TestClient:
     sent: list[tuple[str, tuple[str | int, ...]]] = []
 
     def enqueue(
-        task: str, *args: str | int, countdown_s: float | None = None, queue: str | None = None
+        task: str,
+        *args: str | int,
+        countdown_s: float | None = None,
+        queue: str | None = None,
+        priority: int = 0,
     ) -> None:
         sent.append((task, args))
 

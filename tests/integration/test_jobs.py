@@ -19,6 +19,7 @@ from tests.support.tiny_fs import fill, tiny_tmpfs
 from voicelane.common.audio import probe
 from voicelane.common.errors import EngineError, StorageFullError
 from voicelane.core.batch_lane import ASSEMBLE_TASK, CLEANUP_TASK, PLAN_TASK, RENDER_CHUNK_TASK
+from voicelane.core.engines import render_queue
 from voicelane.core.ledger import (
     ChunkPlan,
     CommitOutcome,
@@ -29,6 +30,7 @@ from voicelane.core.ledger import (
     Ledger,
 )
 from voicelane.core.ledger.keys import CHUNK_LEASE, CHUNK_PARTS
+from voicelane.core.ledger.queues import PRIORITY_STEPS, priority_key
 from voicelane.core.redis_clients import UnreplicatedWriteError
 from voicelane.core.settings import ServiceSettings
 from voicelane.core.storage import LocalStorage, LocalStorageSettings, Storage, StoredObject
@@ -37,6 +39,7 @@ from voicelane.workers.engines import Utterance
 from voicelane.workers.jobs import (
     JobContext,
     assemble_job,
+    feed_render_queue,
     part_key,
     parts_prefix,
     plan_chunks,
@@ -280,11 +283,11 @@ def test_a_part_committed_before_per_attempt_keys_is_read_from_its_old_key(
 def test_reconciler_requeues_a_dead_workers_chunk_once(ctx: JobContext) -> None:
     job_id = submit(ctx)
     plan_job(ctx, job_id)
-    recorder(ctx).calls.clear()
+    recorder(ctx).clear()
     ctx.ledger.chunks.acquire(job_id, 2, "dead@test", ttl_s=60)
     assert reconcile_once(ctx) == 0  # a live lease: its worker is rendering the chunk
     ctx.ledger.redis.delete(CHUNK_LEASE.key(job_id, 2))  # lapsed: the worker died
-    recorder(ctx).calls.clear()
+    recorder(ctx).clear()
     assert reconcile_once(ctx) == 1
     assert recorder(ctx).of(RENDER_CHUNK_TASK) == [(job_id, 2)]
     assert reconcile_once(ctx) == 0  # not again while the re-enqueued message waits
@@ -294,7 +297,7 @@ def test_reconciler_requeues_every_unfinished_chunk_of_a_stalled_job(ctx: JobCon
     job_id = submit(ctx)
     total = plan_job(ctx, job_id)
     render_chunk(ctx, job_id, 0)
-    recorder(ctx).calls.clear()
+    recorder(ctx).clear()
     job = ctx.ledger.jobs.get(job_id)
     assert job is not None
     later = job.updated_at + ctx.settings.stall_timeout_s + 1
@@ -376,13 +379,45 @@ def test_planning_feeds_the_render_queue_up_to_its_target_only(ctx: JobContext) 
     # A stalled job: only what was dispatched can have been lost; the rest waits in line.
     job = small.ledger.jobs.get(job_id)
     assert job is not None
-    recorder(small).calls.clear()
+    recorder(small).clear()
     later = job.updated_at + small.settings.stall_timeout_s + 1
     requeued = reconcile_once(small, now=later)
     assert requeued == 2
     enqueued = recorder(small).of(RENDER_CHUNK_TASK)
     assert enqueued[:2] == [(job_id, 0), (job_id, 1)]  # the re-enqueued ones, then the feed
     assert all(n >= 2 for _, n in enqueued[2:])  # type: ignore[operator]
+
+
+def test_a_tenants_first_queued_chunk_goes_before_anothers_second(ctx: JobContext) -> None:
+    # The render queue is FIFO: before the ranks, another tenant's small job waited behind
+    # every chunk of the flooding tenant already in it (bench/flood.py: 4.6x idle).
+    small = narrow(ctx, render_queue_target=3)
+    book = submit(small, TEXT * 3)
+    plan_job(small, book)
+    assert recorder(small).prioritised(RENDER_CHUNK_TASK) == [
+        ((book, 0), 0),  # acme's first: with everyone's first
+        ((book, 1), 3),  # its second: after every tenant's first
+        ((book, 2), 6),
+    ]
+    queue = render_queue("espeak")
+    for n in range(3):  # what Celery would hold now: the queue is at its target
+        small.ledger.redis.lpush(priority_key(queue, PRIORITY_STEPS[n]), f"message {n}")
+    recorder(small).clear()
+    other = small.ledger.jobs.create(
+        "other", JobOptions(voice="auto", format="wav", sample_rate_hz=16000), "Short."
+    ).id
+    plan_job(small, other)
+    assert recorder(small).prioritised(RENDER_CHUNK_TASK) == [((other, 0), 0)]  # no room: in anyway
+    recorder(small).clear()
+    assert render_chunk(small, book, 0) == "committed"  # acme's first left the queue
+    assert recorder(small).prioritised(RENDER_CHUNK_TASK) == []  # the queue is still full
+    small.ledger.redis.delete(*(priority_key(queue, p) for p in PRIORITY_STEPS))
+    feed_render_queue(small, "espeak")  # found empty: the counts start over
+    assert recorder(small).prioritised(RENDER_CHUNK_TASK) == [
+        ((book, 3), 0),
+        ((book, 4), 3),
+        ((book, 5), 6),
+    ]
 
 
 @S3_PARAM

@@ -15,6 +15,7 @@ from tests.support.ledger import commit_log, queued_chars, waiting_chunks
 from tests.support.stack import wait_for
 from voicelane.common.errors import JobNotFoundError, QuotaExceededError
 from voicelane.core.ledger import ChunkPlan, JobOptions, JobState, Ledger
+from voicelane.core.ledger.feed import FedChunk
 from voicelane.core.ledger.keys import CHUNK_LEASE
 from voicelane.core.redis_clients import UnreplicatedWriteError
 
@@ -98,7 +99,11 @@ def test_plan_moves_to_rendering_with_every_chunk_in_line_in_one_write(ledger: L
     assert job is not None and job.state is JobState.RENDERING and job.chunks_total == 3
     assert ledger.jobs.chunk(job_id, 2).last
     assert waiting_chunks(ledger.redis, "acme") == 3
-    assert ledger.feed.take(5, engine="espeak") == [(job_id, 0), (job_id, 1), (job_id, 2)]
+    assert ledger.feed.take(5, engine="espeak") == [
+        FedChunk(job_id, 0, 0),
+        FedChunk(job_id, 1, 1),
+        FedChunk(job_id, 2, 2),
+    ]
 
 
 def test_a_cancelled_job_gets_neither_a_plan_nor_a_place_in_line(ledger: Ledger) -> None:
@@ -268,9 +273,9 @@ def test_each_engine_is_fed_from_its_own_lines(ledger: Ledger) -> None:
     """A backlog for one engine never stands in front of another engine's chunks."""
     book = tenant_job(ledger, "acme", 50, engine="chattts")
     short = tenant_job(ledger, "acme", 2, engine="piper")
-    assert ledger.feed.take(5, engine="piper") == [(short, 0), (short, 1)]
+    assert ledger.feed.take(5, engine="piper") == [FedChunk(short, 0, 0), FedChunk(short, 1, 1)]
     assert ledger.feed.take(5, engine="espeak") == []
-    assert [job for job, _ in ledger.feed.take(3, engine="chattts")] == [book] * 3
+    assert [chunk.job_id for chunk in ledger.feed.take(3, engine="chattts")] == [book] * 3
     assert waiting_chunks(ledger.redis, "acme", "chattts") == 47
 
 
@@ -278,29 +283,60 @@ def test_the_fair_feed_alternates_tenants_whatever_their_backlog(ledger: Ledger)
     books = [tenant_job(ledger, "acme", 50) for _ in range(4)]  # 200 chunks ahead
     small = tenant_job(ledger, "other", 2)
     taken = ledger.feed.take(4, engine="espeak")
-    tenants = [("other" if job == small else "acme") for job, _ in taken]
+    tenants = [("other" if chunk.job_id == small else "acme") for chunk in taken]
     assert tenants == ["acme", "other", "acme", "other"]  # other's job is in the first turn
-    assert [n for job, n in taken if job == small] == [0, 1]
-    assert [n for job, n in taken if job == books[0]] == [0, 1]  # in order within a tenant
+    assert [(c.n, c.rank) for c in taken if c.job_id == small] == [(0, 0), (1, 1)]
+    assert [c.n for c in taken if c.job_id == books[0]] == [0, 1]  # in order within a tenant
     assert ledger.feed.dispatched(small) == {0, 1}
     assert waiting_chunks(ledger.redis, "acme") == 198
     assert waiting_chunks(ledger.redis, "other") == 0
-    assert [job for job, _ in ledger.feed.take(3, engine="espeak")] == [
+    assert [chunk.job_id for chunk in ledger.feed.take(3, engine="espeak")] == [
         books[0]
     ] * 3  # only acme is left
+
+
+def test_the_feed_ranks_a_tenants_queued_chunks_and_lets_a_newcomer_in_at_once(
+    ledger: Ledger,
+) -> None:
+    book = tenant_job(ledger, "acme", 50)
+    assert [chunk.rank for chunk in ledger.feed.take(3, engine="espeak")] == [0, 1, 2]
+    small = tenant_job(ledger, "other", 2)
+    # No room in the queue, but other has no chunk queued: one goes in anyway, ahead of
+    # acme's second and third (rank 0), and only one.
+    assert ledger.feed.take(0, engine="espeak") == [FedChunk(small, 0, 0)]
+    assert ledger.feed.take(0, engine="espeak") == []
+    ledger.feed.started(engine="espeak", tenant="other")  # a worker took it
+    assert ledger.feed.take(0, engine="espeak") == [FedChunk(small, 1, 0)]
+    ledger.feed.started(engine="espeak", tenant="acme")
+    assert ledger.feed.take(1, engine="espeak") == [FedChunk(book, 3, 2)]  # 2 still ahead
+    assert ledger.feed.take(0, engine="piper") == []  # each engine its own counts
+
+
+def test_queued_counts_never_go_below_zero_and_start_over_when_forgotten(
+    ledger: Ledger,
+) -> None:
+    book = tenant_job(ledger, "acme", 10)
+    assert len(ledger.feed.take(2, engine="espeak")) == 2
+    for _ in range(3):  # one more start than was counted: delivered twice, or re-sent
+        ledger.feed.started(engine="espeak", tenant="acme")
+    assert ledger.feed.take(1, engine="espeak") == [FedChunk(book, 2, 0)]
+    ledger.feed.started(engine="espeak", tenant="nobody")  # never counted: nothing to lower
+    assert [chunk.rank for chunk in ledger.feed.take(1, engine="espeak")] == [1]
+    ledger.feed.forget_queued(engine="espeak")  # the render queue was found empty
+    assert ledger.feed.take(1, engine="espeak") == [FedChunk(book, 4, 0)]
 
 
 def test_a_cancelled_jobs_waiting_chunks_are_dropped_at_no_cost(ledger: Ledger) -> None:
     cancelled = tenant_job(ledger, "acme", 500)
     kept = tenant_job(ledger, "acme", 1)
     assert ledger.jobs.cancel(cancelled)
-    taken: list[tuple[str, int]] = []
+    taken: list[FedChunk] = []
     calls = 0
     while not taken:  # each call skips a bounded number of stale references
         taken = ledger.feed.take(1, engine="espeak")
         calls += 1
         assert calls <= 5, "the stale references are not being dropped"
-    assert taken == [(kept, 0)]
+    assert taken == [FedChunk(kept, 0, 0)]
     assert ledger.feed.dispatched(cancelled) == set()  # none of them was handed out
     assert waiting_chunks(ledger.redis, "acme") == 0
     assert ledger.feed.take(5, engine="espeak") == []

@@ -19,16 +19,31 @@ from voicelane.workers.jobs import JobContext
 
 
 class Recorder:
-    """An ``Enqueue`` that records each task and its arguments."""
+    """An ``Enqueue`` that records each task, its arguments and its priority."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[object, ...]]] = []
+        self.priorities: list[int] = []
+        """Each call's ``priority``, in the order of :attr:`calls`."""
 
-    def __call__(self, task: str, *args: object, **_kwargs: object) -> None:
+    def __call__(self, task: str, *args: object, priority: int = 0, **_kwargs: object) -> None:
         self.calls.append((task, args))
+        self.priorities.append(priority)
+
+    def clear(self) -> None:
+        self.calls.clear()
+        self.priorities.clear()
 
     def of(self, task: str) -> list[tuple[object, ...]]:
         return [args for name, args in self.calls if name == task]
+
+    def prioritised(self, task: str) -> list[tuple[tuple[object, ...], int]]:
+        """Each call of ``task``: its arguments and its priority."""
+        return [
+            (args, priority)
+            for (name, args), priority in zip(self.calls, self.priorities, strict=True)
+            if name == task
+        ]
 
 
 S3_PARAM = pytest.mark.parametrize("ctx", ["local", "s3"], indirect=True)

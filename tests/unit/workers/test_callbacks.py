@@ -282,7 +282,11 @@ def final_job(callback_url: str | None, state: JobState = JobState.DONE) -> Job:
 
 
 def no_enqueue(
-    task: str, *args: str | int, countdown_s: float | None = None, queue: str | None = None
+    task: str,
+    *args: str | int,
+    countdown_s: float | None = None,
+    queue: str | None = None,
+    priority: int = 0,
 ) -> None:
     pass
 
