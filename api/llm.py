@@ -430,6 +430,7 @@ class GenerationSlots:
             )
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(waiter)
+        metrics.LLM_WAITING.inc()
         if tenant not in self._turns:
             self._turns.append(tenant)
         try:
@@ -468,6 +469,7 @@ class GenerationSlots:
             return
         if waiter in queue:
             queue.remove(waiter)
+            metrics.LLM_WAITING.dec()
         if not queue:
             del self._waiting[tenant]
             if tenant in self._turns:
@@ -482,6 +484,7 @@ class GenerationSlots:
             queue = self._waiting[tenant]
             while queue and queue[0].done():  # cancelled; its task has not left the queue yet
                 queue.popleft()
+                metrics.LLM_WAITING.dec()
             if not queue:
                 del self._waiting[tenant]
                 self._turns.popleft()
@@ -491,6 +494,7 @@ class GenerationSlots:
                 skipped += 1
                 continue
             waiter = queue.popleft()
+            metrics.LLM_WAITING.dec()
             self._take(tenant)
             waiter.set_result(None)
             self._turns.popleft()

@@ -152,6 +152,10 @@ LLM_TOKENS = Counter(
     "Tokens Ollama reported for finished replies, by kind: prompt, reply",
     ["kind"],
 )
+LLM_WAITING = Gauge(
+    "voicelane_llm_waiting_replies",
+    "Replies waiting for a generation slot (max_parallel) in this front",
+)
 LLM_QUEUE_WAIT_S = Histogram(
     "voicelane_llm_queue_wait_seconds",
     "Time a reply waited for a generation slot of its Ollama host (max_parallel)",
@@ -214,6 +218,7 @@ __all__ = [
     "LLM_QUEUE_WAIT_S",
     "LLM_REPLIES",
     "LLM_TOKENS",
+    "LLM_WAITING",
     "OLLAMA_BATCH_SIZE",
     "OLLAMA_TIME_TO_FIRST_TOKEN_S",
     "OOM_EVENTS",

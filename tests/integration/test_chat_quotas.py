@@ -12,8 +12,10 @@ talks to it over HTTP). No worker is needed: a reply without audio never reaches
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -34,6 +36,7 @@ MAX_PARALLEL = 2
 default of ``tenant_max_parallel``), so another tenant always finds one."""
 TENANT_MAX_QUEUED = 4
 WAIT_S = 15.0
+METRICS_TOKEN = "metrics-token-for-tests-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +60,7 @@ def front(tmp_path_factory: pytest.TempPathFactory, standin: OllamaStandin) -> I
             "VOICELANE_LLM__TENANT_MAX_QUEUED": str(TENANT_MAX_QUEUED),
             "VOICELANE_TENANT_REQUESTS_PER_S": "0.5",
             "VOICELANE_TENANT_REQUEST_BURST": str(REQUEST_BURST),
+            "VOICELANE_METRICS_TOKEN": METRICS_TOKEN,
         },
     )
     try:
@@ -91,6 +95,41 @@ def client(front: Stack, key: str) -> httpx.AsyncClient:
 
 def asked(generation: Generation) -> str:
     return str(generation.body["messages"][-1]["content"])
+
+
+def open_chat(front: Stack, key: str, request: dict[str, Any]) -> socket.socket:
+    """A chat posted on a raw connection, its answer never read: closing the socket is the
+    client leaving."""
+    payload = json.dumps(request).encode()
+    sock = socket.create_connection(("127.0.0.1", front.api_port))
+    sock.sendall(
+        (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        ).encode()
+        + payload
+    )
+    return sock
+
+
+def waiting_replies(front: Stack) -> float:
+    """The front's ``voicelane_llm_waiting_replies``: chats queued for a generation slot."""
+    text = httpx.get(
+        f"{front.api_url}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    ).text
+    return next(
+        float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("voicelane_llm_waiting_replies ")
+    )
+
+
+async def wait_until_async(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
 
 
 def generations_of(standin: OllamaStandin, question: str) -> list[Generation]:
@@ -161,19 +200,20 @@ def test_a_client_that_leaves_frees_its_generation_and_its_queued_chats(
 
     async def run() -> httpx.Response:
         standin.hold()
-        async with client(front, ACME_KEY) as acme:
-            leaving = [
-                asyncio.create_task(
-                    acme.post("/v1/chat/completions", json=body(question, stream=stream))
-                )
-                for _ in range(1 + waiting)
-            ]
-            await standin.wait_until(lambda s: len(generations_of(s, question)) >= 1, WAIT_S)
-            for task in leaving:  # the client goes away: its connections close
-                task.cancel()
-            for task in leaving:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        leaving = [open_chat(front, ACME_KEY, body(question, stream=stream))]
+        await standin.wait_until(lambda s: len(generations_of(s, question)) >= 1, WAIT_S)
+        leaving += [open_chat(front, ACME_KEY, body(question, stream=stream)) for _ in range(2)]
+        await wait_until_async(lambda: waiting_replies(front) == waiting, "the chats to queue")
+        # The client goes away: the connections of its queued chats close, then the one of
+        # its generation. (The test used to close all three at once, as cancelled httpx
+        # requests; on a loaded machine the test's own process was descheduled between two
+        # closes, and the front rightly granted the freed slot to a chat whose connection
+        # was still open: a third generation, a flaky test. The order makes the outcome
+        # exact: one generation.)
+        for sock in leaving[1:]:
+            sock.close()
+        await wait_until_async(lambda: waiting_replies(front) == 0, "the chats to leave")
+        leaving[0].close()
         # Ollama sees the HTTP stream of the generation closed, though it never sent a token.
         await standin.wait_until(
             lambda s: all(g.disconnected_at is not None for g in generations_of(s, question)),
@@ -187,7 +227,7 @@ def test_a_client_that_leaves_frees_its_generation_and_its_queued_chats(
     response = asyncio.run(run())
     assert response.status_code == 200
     started = generations_of(standin, question)
-    assert 1 <= len(started) <= MAX_PARALLEL - 1 + 1
+    assert len(started) == 1  # the first chat's; none of the queued ones reached Ollama
     assert all(g.tokens_sent == 0 and g.stopped_on_disconnect for g in started)
     assert len(generations_of(standin, after)) == 1
 

@@ -421,6 +421,7 @@ async def test_an_abandoned_reply_closed_by_aclosing(standin: OllamaStandin) -> 
 @async_test
 async def test_at_most_max_parallel_generations_per_host(standin: OllamaStandin) -> None:
     waits = sample("voicelane_llm_queue_wait_seconds_count")
+    waiting = sample("voicelane_llm_waiting_replies")
     standin.hold()  # every generation waits before its first token until released
     async with bridge_to(standin.url, max_parallel=2) as bridge:
 
@@ -432,6 +433,7 @@ async def test_at_most_max_parallel_generations_per_host(standin: OllamaStandin)
         tasks = [asyncio.create_task(ask(n)) for n in range(4)]
         await standin.wait_until(lambda s: s.in_flight == 2)
         assert sample("ollama_batch_size", host=standin.url) == 2
+        assert sample("voicelane_llm_waiting_replies") == waiting + 2  # the other two, queued
         standin.release()
         texts = await asyncio.gather(*tasks)
     assert texts == [
@@ -442,6 +444,7 @@ async def test_at_most_max_parallel_generations_per_host(standin: OllamaStandin)
     assert len(standin.generations) == 4
     assert sample("voicelane_llm_queue_wait_seconds_count") == waits + 4
     assert sample("ollama_batch_size", host=standin.url) == 0
+    assert sample("voicelane_llm_waiting_replies") == waiting
 
 
 @async_test
@@ -453,11 +456,14 @@ async def test_a_reply_cancelled_while_queued_frees_nothing_it_did_not_take(
     async with bridge_to(standin.url, max_parallel=1) as bridge:
         first = asyncio.create_task(bridge.reply(QUESTION))
         await standin.wait_until(lambda s: s.in_flight == 1)
+        waiting = sample("voicelane_llm_waiting_replies")
         queued = asyncio.create_task(bridge.reply(QUESTION))
         await asyncio.sleep(0)  # one turn of the loop: it runs up to the slot's queue
+        assert sample("voicelane_llm_waiting_replies") == waiting + 1
         queued.cancel()
         with pytest.raises(asyncio.CancelledError):
             await queued
+        assert sample("voicelane_llm_waiting_replies") == waiting  # it left the queue
         first.cancel()  # cancelled while waiting for its first chunk: the stream is closed
         with pytest.raises(asyncio.CancelledError):
             await first
