@@ -224,8 +224,15 @@ class Admission:
         used up: past capacity a refusal must cost next to nothing (a full lane sees many
         more requests than it serves, and each one's Redis calls would slow the streams it
         serves)."""
-        if time.monotonic() - self._fetched_at < self._ttl_s:
+        if self.known_full():
             self._check_room()
+
+    def known_full(self) -> bool:
+        """The capacity read in the last ``ttl_s`` is used up."""
+        return (
+            time.monotonic() - self._fetched_at < self._ttl_s
+            and self._capacity - self._in_flight - self._submitted <= 0
+        )
 
     async def _reserve(self) -> None:
         async with self._lock:
@@ -239,9 +246,13 @@ class Admission:
     def _check_room(self) -> None:
         """NoCapacityError when the cached capacity is used up."""
         if self._capacity - self._in_flight - self._submitted <= 0:
-            raise NoCapacityError(
-                "no real-time capacity; retry shortly", retry_after_s=NO_CAPACITY_RETRY_S
-            )
+            raise _no_capacity()
+
+
+def _no_capacity() -> NoCapacityError:
+    return NoCapacityError(
+        "no real-time capacity; retry shortly", retry_after_s=NO_CAPACITY_RETRY_S
+    )
 
 
 # ---- relay ---------------------------------------------------------------------------------
@@ -561,6 +572,14 @@ class StreamGateway:
             admission = self._admissions[engine] = Admission(self.lane, engine)
         return admission
 
+    def refuse_if_every_engine_full(self) -> None:
+        """Refuse a new stream before any work on it (its text, its voice, its options) when
+        every served engine's admission knows it is full: a refusal must cost next to
+        nothing, and past capacity most requests are refused (a retry storm)."""
+        admissions = [self._admissions.get(engine) for engine in self.engines.engines]
+        if all(admission is not None and admission.known_full() for admission in admissions):
+            raise _no_capacity()
+
     def deadline_ms(self, time_remaining_s: float | None) -> int:
         """The stream's absolute deadline (unix ms): the client's, else the default; never
         more than ``max_deadline_s`` away."""
@@ -582,6 +601,7 @@ class StreamGateway:
         client_gone: ClientGone = lambda: False,
     ) -> Stream:
         """A stream speaking ``text`` (checked, admitted, queued)."""
+        self.refuse_if_every_engine_full()
         text = check_speech_text(
             text, max_chars=self.settings.max_stream_text_chars, field=text_field
         )
@@ -615,6 +635,7 @@ class StreamGateway:
         client_gone: ClientGone = lambda: False,
     ) -> Conversation:
         """A stream whose text the caller sends as it arrives."""
+        self.refuse_if_every_engine_full()
         text_options = replace(await self._text_options(tenant, ask), ssml=False)
         voice = await self.resolve_voice(tenant, ask.voice, text="")
         request = await self._request(

@@ -146,6 +146,9 @@ QUOTA_OVERRIDES = {
     "VOICELANE_TENANT_REQUEST_BURST": "100000",
     "VOICELANE_TENANT_MAX_STREAMS": "100000",
     "VOICELANE_TENANT_MAX_QUEUED_CHARS": "1000000000",
+    # The gRPC front's calls per tenant (issue 26; default 100): left in place, 200 clients of
+    # one tenant had 100 calls refused by this quota, not by the lane's capacity.
+    "VOICELANE_TENANT_MAX_RPCS": "100000",
     "VOICELANE_WEBSOCKET_MAX_PER_ADDRESS": "100000",  # every client is 127.0.0.1
     "VOICELANE_WEBSOCKET_MAX_CONNECTIONS": "100000",
 }
