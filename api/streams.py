@@ -225,14 +225,11 @@ class Admission:
         more requests than it serves, and each one's Redis calls would slow the streams it
         serves)."""
         if self.known_full():
-            self._check_room()
+            raise _no_capacity()
 
     def known_full(self) -> bool:
         """The capacity read in the last ``ttl_s`` is used up."""
-        return (
-            time.monotonic() - self._fetched_at < self._ttl_s
-            and self._capacity - self._in_flight - self._submitted <= 0
-        )
+        return time.monotonic() - self._fetched_at < self._ttl_s and self._used_up()
 
     async def _reserve(self) -> None:
         async with self._lock:
@@ -240,13 +237,13 @@ class Admission:
                 self._submitted = 0
                 self._capacity = await self._lane.capacity(self._engine)
                 self._fetched_at = time.monotonic()
-            self._check_room()
+            if self._used_up():
+                raise _no_capacity()
             self._in_flight += 1
 
-    def _check_room(self) -> None:
-        """NoCapacityError when the cached capacity is used up."""
-        if self._capacity - self._in_flight - self._submitted <= 0:
-            raise _no_capacity()
+    def _used_up(self) -> bool:
+        """The cached capacity is used up (by streams admitted since it was read)."""
+        return self._capacity - self._in_flight - self._submitted <= 0
 
 
 def _no_capacity() -> NoCapacityError:
