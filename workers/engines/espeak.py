@@ -308,17 +308,18 @@ def audible_starts(
 ) -> tuple[WordEvent, ...]:
     """Each word event moved to the first sample at or above -45 dBFS at or after it (within
     :data:`ONSET_SEARCH_S` and before the next word's event): when the word is heard."""
-    loud = np.flatnonzero(np.abs(pcm) >= SILENCE_THRESHOLD)
-    if len(loud) == 0:
-        return tuple(events)
     reach = round(ONSET_SEARCH_S * sample_rate_hz)
     out: list[WordEvent] = []
     for index, event in enumerate(events):
         limit = event.sample + reach
         if index + 1 < len(events):
             limit = min(limit, events[index + 1].sample)
-        at = int(np.searchsorted(loud, event.sample))
-        heard = int(loud[at]) if at < len(loud) else limit
+        # Only the word's own window is looked at (at most ONSET_SEARCH_S): the whole
+        # utterance's loud samples were a tenth of the engine's time in a long render.
+        window = pcm[event.sample : max(event.sample, limit)]
+        loud = np.abs(window) >= SILENCE_THRESHOLD
+        first = int(loud.argmax()) if len(loud) else 0
+        heard = event.sample + first if len(loud) and loud[first] else limit
         out.append(replace(event, sample=heard) if heard < limit else event)
     return tuple(out)
 

@@ -8,8 +8,14 @@ import pytest
 from voicelane.common.errors import InvalidInputError, UnknownVoiceError
 from voicelane.core.rules import DEFAULT_VOICE as AUTO_VOICE
 from voicelane.workers.batching import Batcher, Priority
-from voicelane.workers.engines import Utterance, create_engine
-from voicelane.workers.engines.espeak import EspeakEngine, pitch_value, range_value
+from voicelane.workers.engines import Utterance, WordEvent, create_engine
+from voicelane.workers.engines.espeak import (
+    ONSET_SEARCH_S,
+    EspeakEngine,
+    audible_starts,
+    pitch_value,
+    range_value,
+)
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +199,26 @@ def test_phoneme_mnemonics_in_double_brackets_are_spoken_as_phonemes(
     # letters would be six more words ("h", "at", "l", ...).
     assert len(phonemes.words) == 3
     assert abs(len(phonemes.pcm) - len(word.pcm)) < 0.25 * len(word.pcm)
+
+
+def test_audible_starts_move_each_word_to_its_first_loud_sample_within_reach() -> None:
+    rate_hz = 1000
+    reach = round(ONSET_SEARCH_S * rate_hz)  # 150 samples
+    pcm = np.zeros(2000, dtype=np.float32)
+    pcm[120] = 0.5  # heard 20 samples after the first word's event
+    pcm[420] = 0.5  # the second word's event is at 400, the third's at 410: not moved past it
+    pcm[1000 + reach + 5] = 0.5  # beyond the fourth word's reach: it stays where espeak put it
+    pcm[1900] = -0.5  # loud by magnitude; the last word's window runs to its reach
+    events = [
+        WordEvent(0, 3, 100),
+        WordEvent(4, 7, 400),
+        WordEvent(8, 9, 410),
+        WordEvent(10, 12, 1000),
+        WordEvent(13, 15, 1800),
+    ]
+    moved = audible_starts(events, pcm, rate_hz)
+    assert [e.sample for e in moved] == [120, 400, 420, 1000, 1900]
+    assert [(e.char_start, e.char_end) for e in moved] == [
+        (e.char_start, e.char_end) for e in events
+    ]
+    assert audible_starts(events, np.zeros(2000, dtype=np.float32), rate_hz) == tuple(events)
