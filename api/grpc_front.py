@@ -158,6 +158,7 @@ async def stop_front(front: Front, grace_s: float) -> None:
     await front.server.stop(grace_s)
     await front.service.gateway.wait_background()
     await front.service.gateway.close()
+    front.service.refusals.flush()
     if front.warmup is not None:
         await front.warmup.stop()
     if front.service.llm is not None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Never, TypeAlias
 
+import grpc
 from google.protobuf import json_format
 
 from voicelane.api.chat import (
@@ -35,6 +36,7 @@ from voicelane.api.front_process import wait_step
 from voicelane.api.grpc_auth import current_tenant
 from voicelane.api.grpc_errors import Context, abort, status_code
 from voicelane.api.llm import ChatTurn, LlmBridge
+from voicelane.api.refusal_log import RefusalLog
 from voicelane.api.streams import Conversation, Stream, StreamAsk, StreamChunk, StreamGateway
 from voicelane.common.errors import DeadlineExceededError, InvalidInputError, UnavailableError
 from voicelane.common.wire import speech_pb2 as pb
@@ -141,6 +143,22 @@ class SpeechService(pb_grpc.SpeechServicer):
         self.llm = llm
         self.start_timeout_s = start_timeout_s
         """How long a Converse call may take to send its ``start``."""
+        self.refusals = RefusalLog(log)
+        """Capacity and quota refusals in the log: a line per burst, not per call."""
+
+    async def _abort(
+        self, context: Context, request_id: str | None, error: Exception, *, method: str
+    ) -> Never:
+        rid = request_id or "-"
+        reply = grpc_reply(error, where=f"{method} stream {rid}")
+        code = status_code(reply)
+        metrics.GRPC_STREAM_ERRORS.labels(method=method, code=code.name).inc()
+        line = f"stream {rid} ended: {code.name}: {reply.error.code}: {reply.details}"
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            self.refusals.refused(method, code.name, line)
+        else:
+            log.info("%s", line)
+        await abort(context, reply)
 
     async def Synthesize(  # noqa: N802 - the generated servicer's name
         self, request: pb.SynthesizeRequest, context: Context
@@ -154,7 +172,7 @@ class SpeechService(pb_grpc.SpeechServicer):
             _log_end("stream", stream)
         except Exception as error:
             await _close(stream)  # before the client hears the status
-            await _abort(
+            await self._abort(
                 context,
                 stream.request_id if stream else request.request_id,
                 error,
@@ -183,7 +201,7 @@ class SpeechService(pb_grpc.SpeechServicer):
             _log_end("conversation", conversation)
         except Exception as error:
             await _close(conversation)  # before the client hears the status
-            await _abort(
+            await self._abort(
                 context,
                 conversation.request_id if conversation else None,
                 error,
@@ -199,7 +217,7 @@ class SpeechService(pb_grpc.SpeechServicer):
             default = await self.gateway.capabilities()
             engines = await self.gateway.engines.published()
         except Exception as error:
-            await _abort(context, None, error, method="ListVoices")
+            await self._abort(context, None, error, method="ListVoices")
         voices = [
             pb.Voice(
                 id=v.id if caps.engine == default.engine else qualified(caps.engine, v.id),
@@ -246,7 +264,7 @@ class SpeechService(pb_grpc.SpeechServicer):
                     elif isinstance(event, ChatDone):
                         yield pb.ChatResponse(stats=chat_stats(event.summary))
         except Exception as error:
-            await _abort(context, request_id, error, method="Chat")
+            await self._abort(context, request_id, error, method="Chat")
 
     async def Clock(  # noqa: N802 - the generated servicer's name
         self, request: pb.ClockRequest, context: Context
@@ -289,17 +307,6 @@ class SpeechService(pb_grpc.SpeechServicer):
 async def _close(stream: Stream | None) -> None:
     if stream is not None:
         await stream.close()
-
-
-async def _abort(
-    context: Context, request_id: str | None, error: Exception, *, method: str
-) -> Never:
-    rid = request_id or "-"
-    reply = grpc_reply(error, where=f"{method} stream {rid}")
-    code = status_code(reply)
-    metrics.GRPC_STREAM_ERRORS.labels(method=method, code=code.name).inc()
-    log.info("stream %s ended: %s: %s: %s", rid, code.name, reply.error.code, reply.details)
-    await abort(context, reply)
 
 
 def _log_end(kind: str, stream: Stream) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -397,6 +398,20 @@ async def test_no_capacity_is_resource_exhausted_at_once(
     assert "capacity" in (error.details() or "")
     assert time.monotonic() - started < REALTIME.claim_timeout_s  # refused, not timed out
     assert harness.redis.xlen(ESPEAK_REQUESTS) == 0
+
+
+async def test_refusals_are_one_log_line_per_burst_not_one_per_call(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A retry storm is hundreds of refusals a second: the log gets the first in full and
+    # the rest as a count (api/refusal_log.py), the metric counts each one.
+    harness.worker(slots=0)
+    with caplog.at_level(logging.INFO, logger="voicelane.api.grpc_service"):
+        for _ in range(5):
+            error = await rpc_error(synthesize(harness, text=TEXT))
+            assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    lines = [r.getMessage() for r in caplog.records if r.name == "voicelane.api.grpc_service"]
+    assert sum("ended: RESOURCE_EXHAUSTED" in line for line in lines) == 1, lines
 
 
 async def test_a_burst_cannot_overshoot_capacity(harness: Harness) -> None:
