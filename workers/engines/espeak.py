@@ -316,11 +316,10 @@ def audible_starts(
             limit = min(limit, events[index + 1].sample)
         # Only the word's own window is looked at (at most ONSET_SEARCH_S): the whole
         # utterance's loud samples were a tenth of the engine's time in a long render.
-        window = pcm[event.sample : max(event.sample, limit)]
-        loud = np.abs(window) >= SILENCE_THRESHOLD
-        first = int(loud.argmax()) if len(loud) else 0
-        heard = event.sample + first if len(loud) and loud[first] else limit
-        out.append(replace(event, sample=heard) if heard < limit else event)
+        loud = np.abs(pcm[event.sample : limit]) >= SILENCE_THRESHOLD  # empty if limit <= sample
+        out.append(
+            replace(event, sample=event.sample + int(loud.argmax())) if loud.any() else event
+        )
     return tuple(out)
 
 
